@@ -1,0 +1,58 @@
+# nanoserve: `make demo` and `make test` set everything up in .venv on a fresh machine.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch first, pinned to the CPU wheel on this machine family's disk; override for other machines.
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_WORKERS ?= 2
+
+.PHONY: install install-test install-dev demo test export check-export pytest preview readme clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python setup.py settings.ini
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed-test
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+install-dev: $(VENV)/.installed-dev
+
+demo: install
+	$(BIN)/nanoserve pull
+	$(BIN)/nanoserve generate --chat --max-tokens 64 "What is the capital of France?"
+
+export: install-test
+	$(BIN)/nbdev_export
+
+# The exported package must be exactly what the notebooks say (new, untracked modules included).
+check-export: export
+	@if [ -n "$$(git status --porcelain -- nanoserve)" ]; then \
+	  echo "nbdev_export changed nanoserve/: edit the notebooks, export, and commit both"; \
+	  git status --porcelain -- nanoserve; exit 1; fi
+
+pytest: install-test
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests nbs
+
+test: check-export pytest
+
+preview: install-test
+	$(BIN)/python tools/preview.py nbs _site
+	@echo "open _site/index.html"
+
+readme: install-test
+	$(BIN)/jupyter nbconvert --to markdown --log-level WARN nbs/index.ipynb --output-dir . --output README
+
+clean:
+	rm -rf $(VENV) _site _proc
