@@ -3,7 +3,7 @@ import json, os, shutil
 from pathlib import Path
 import pytest, torch, transformers
 
-transformers.logging.set_verbosity_error()
+transformers.logging.set_verbosity_error(); transformers.logging.disable_progress_bar()
 
 TINY = dict(vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=3, max_position_embeddings=512,
             bos_token_id=None, eos_token_id=None, pad_token_id=None)

@@ -42,3 +42,38 @@ def test_generate_json_matches_library_for_each_prompt(tiny):
 def test_bad_flags_exit_2_with_a_message(args, message):
     r = run('generate', *args, 'hi', check=False)
     assert r.returncode == 2 and message in r.stderr and r.stdout == ''
+
+def test_prompts_file_runs_as_one_batch_in_input_order(tiny, tmp_path):
+    from nanoserve.engine import Engine
+    from nanoserve.sampling import SamplingParams
+    path = tiny('llama_tied_gqa')
+    lines = [{'prompt': 'hello world', 'max_tokens': 5},
+             {'prompt': 'abc', 'seed': 11, 'temperature': 0.9, 'max_tokens': 7},
+             {'prompt': 'the capital', 'max_tokens': 3, 'ignore_eos': True}]
+    f = tmp_path/'p.jsonl'
+    f.write_text('\n'.join(json.dumps(l) for l in lines) + '\n')
+    r = run('generate', '--model', str(path), '--json', '--prompts-file', str(f), '--max-batch-size', '2', '--num-kv-blocks', '64')
+    rows = [json.loads(l) for l in r.stdout.splitlines()]
+    assert [x['prompt'] for x in rows] == [l['prompt'] for l in lines]
+    engine = Engine.build(path)
+    want = engine.generate([l['prompt'] for l in lines], [SamplingParams(**{'temperature': 0.0, **{k: v for k, v in l.items() if k != 'prompt'}}) for l in lines], use_tqdm=False)
+    assert [x['token_ids'] for x in rows] == [o.token_ids for o in want]
+
+def test_prompts_file_errors_name_the_line(tiny, tmp_path):
+    f = tmp_path/'p.jsonl'
+    f.write_text('{"prompt": "ok"}\n{"prompt": "x", "top_p": 2}\n')
+    r = run('generate', '--model', str(tiny('llama_tied_gqa')), '--prompts-file', str(f), check=False)
+    assert r.returncode == 2 and 'top_p must be in (0, 1], got 2' in r.stderr
+    f.write_text('{"prompt": "ok"}\nnot json\n')
+    r = run('generate', '--model', str(tiny('llama_tied_gqa')), '--prompts-file', str(f), check=False)
+    assert r.returncode == 2 and 'p.jsonl:2: not valid JSON' in r.stderr
+
+def test_bench_offline_writes_csv(tiny, tmp_path):
+    import csv
+    out = tmp_path/'b.csv'
+    r = run('bench', 'offline', '--model', str(tiny('llama_tied_gqa')), '--num-requests', '4', '--prompt-len', '4:20',
+            '--output-len', '4', '--batch1-requests', '1', '--compare-transformers', '--hf-batch-size', '2',
+            '--dtypes', 'float32', '--max-batch-size', '4', '--csv', str(out))
+    rows = list(csv.DictReader(open(out)))
+    assert [(x['engine'], x['batch']) for x in rows] == [('nanoserve', '4'), ('nanoserve', '1'), ('transformers.generate', '2')]
+    assert all(float(x['output_tok_s']) > 0 for x in rows) and 'nanoserve / transformers' in r.stdout
