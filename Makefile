@@ -42,8 +42,9 @@ check-export: export
 	  echo "nbdev_export changed nanoserve/: edit the notebooks, export, and commit both"; \
 	  git status --porcelain -- nanoserve; exit 1; fi
 
+# Two workers on two cores: one thread each (two 2-thread OpenMP pools on two cores spin against each other).
 pytest: install-test
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests nbs
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests nbs
 
 test: check-export pytest
 
