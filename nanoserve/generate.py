@@ -13,8 +13,8 @@ from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .model import CausalLM, DenseKV, load_model
 
 # %% auto #0
-__all__ = ['RequestError', 'SampleSpec', 'Completion', 'sample_reference', 'make_generator', 'generate_ids', 'stop_ids_for',
-           'ReferenceLM']
+__all__ = ['RequestError', 'SampleSpec', 'Completion', 'top_k_top_p', 'sample_reference', 'make_generator', 'generate_ids',
+           'stop_ids_for', 'ReferenceLM']
 
 # %% ../nbs/06_generate.ipynb #b6bde1a1
 class RequestError(NanoserveError, ValueError):
@@ -43,18 +43,22 @@ class Completion:
     text: str
     finish_reason: str            # 'stop' | 'length'
 
-# %% ../nbs/06_generate.ipynb #3b50750d
+# %% ../nbs/06_generate.ipynb #62614a93
+def top_k_top_p(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    "Set to -inf every logit outside the `top_k` largest and outside the smallest set reaching probability `top_p`."
+    if top_k and 0 < top_k < logits.numel():
+        logits = logits.masked_fill(logits < logits.topk(top_k).values[-1], float('-inf'))
+    if top_p < 1:
+        sorted_logits, order = logits.sort(descending=True)
+        p = sorted_logits.softmax(-1)
+        drop = p.cumsum(-1) - p >= top_p                       # mass before this token already reaches top_p
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float('-inf'))
+    return logits
+
 def sample_reference(logits: torch.Tensor, spec: SampleSpec, generator: torch.Generator) -> int:
     "Draw one token id from float32 `logits` ([vocab]) as `spec` says, using `generator`."
     if spec.temperature == 0: return int(logits.argmax())
-    logits = logits.float() / spec.temperature
-    if spec.top_k and spec.top_k < logits.numel():
-        logits = logits.masked_fill(logits < logits.topk(spec.top_k).values[-1], float('-inf'))
-    if spec.top_p < 1:
-        sorted_logits, order = logits.sort(descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cum - sorted_logits.softmax(-1) >= spec.top_p     # mass before this token already reaches top_p
-        logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float('-inf'))
+    logits = top_k_top_p(logits.float() / spec.temperature, spec.top_k, spec.top_p)
     return int(torch.multinomial(logits.softmax(-1), 1, generator=generator))
 
 def make_generator(seed: int | None, device: str | torch.device = 'cpu') -> torch.Generator:

@@ -12,7 +12,7 @@ import torch
 # %% auto #0
 __all__ = ['RequestStatus', 'Request']
 
-# %% ../nbs/08_request.ipynb #98d1b8d0
+# %% ../nbs/08_request.ipynb #be99eae4
 class RequestStatus(enum.Enum):
     "Where a request is in its life."
     WAITING = 'waiting'                  # queued, holds no cache
@@ -54,6 +54,12 @@ class Request:
     def all_token_ids(self) -> list[int]: return self.prompt_token_ids + self.output_token_ids
     @property
     def is_finished(self) -> bool: return self.status.is_finished
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        "all_token_ids[start:end] without building the whole list (the runner's per-step slice)."
+        n = len(self.prompt_token_ids)
+        if start >= n: return self.output_token_ids[start - n:end - n]
+        return self.prompt_token_ids[start:end] + self.output_token_ids[:max(0, end - n)]
 
     def append_token(self, token: int, now: float | None = None):
         "Record a sampled token."

@@ -14,7 +14,7 @@ from .sampling import sample
 # %% auto #0
 __all__ = ['ModelRunner']
 
-# %% ../nbs/18_runner.ipynb #9aa14100
+# %% ../nbs/18_runner.ipynb #0dd92719
 def _pad_to(n: int, multiple: int) -> int: return max(multiple, -(-n // multiple) * multiple)
 
 class ModelRunner:
@@ -27,7 +27,7 @@ class ModelRunner:
         ids, chunks, sample_idx, sample_reqs, start = [], [], [], [], 0
         for s in out.scheduled:
             r, c = s.request, s.request.num_computed_tokens
-            ids += r.all_token_ids[c:c + s.num_tokens]
+            ids += r.token_ids(c, c + s.num_tokens)
             chunks.append(SeqChunk(s.row, start, s.num_tokens, c + s.num_tokens))
             start += s.num_tokens
             if s.samples: sample_idx.append(start - 1); sample_reqs.append(r)

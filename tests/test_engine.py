@@ -138,3 +138,13 @@ def test_abort_frees_blocks(tiny):
     assert engine.cache.pool.num_free < engine.plan.num_blocks
     assert all(engine.abort(r) for r in rids) and not engine.abort(rids[0])
     assert engine.cache.pool.num_free == engine.plan.num_blocks and not engine.has_unfinished()
+
+def test_engine_seeded_sampling_equals_reference(tiny):
+    "The engine's sampler draws what the reference draws for the same seed (temperature, top-k, top-p)."
+    engine = Engine.build(tiny('llama_tied_gqa'), max_batch_size=4)
+    ps = prompts16(320, seed=8)[4:10]
+    specs = [SampleSpec(max_tokens=16, temperature=t, top_k=k, top_p=p, seed=40 + i)
+             for i, (t, k, p) in enumerate([(1.0, 0, 1.0), (0.7, 20, 1.0), (1.2, 0, 0.9), (0.9, 50, 0.8), (1.0, 5, 1.0), (0.5, 0, 0.5)])]
+    outs = run(engine, ps, [SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed) for s in specs])
+    for p, s, o in zip(ps, specs, outs):
+        assert o.token_ids == generate_ids(engine.model, p, s)[0]
