@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
 
-.PHONY: install install-test install-dev demo test export check-export pytest preview readme clean
+.PHONY: install install-test install-dev demo serve test export check-export pytest preview readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,14 @@ install-dev: $(VENV)/.installed-dev
 demo: install
 	$(BIN)/nanoserve pull
 	$(BIN)/nanoserve generate --chat --max-tokens 64 "What is the capital of France?"
+
+# Serve a model (default: SmolLM2-135M-Instruct, pulled on first use) with an OpenAI-compatible API.
+MODEL ?= SmolLM2-135M-Instruct
+HOST ?= 127.0.0.1
+PORT ?= 8000
+SERVE_FLAGS ?=
+serve: install
+	$(BIN)/nanoserve serve --model "$(MODEL)" --host $(HOST) --port $(PORT) $(SERVE_FLAGS)
 
 export: install-test
 	$(BIN)/nbdev_export

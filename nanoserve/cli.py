@@ -9,9 +9,9 @@ from .core import NanoserveError
 
 # %% auto #0
 __all__ = ['PROMPT_FIELDS', 'COMMANDS', 'engine_flags', 'engine_config', 'build_parser', 'cmd_pull', 'read_prompts_file',
-           'cmd_generate', 'cmd_bench', 'main']
+           'cmd_generate', 'cmd_bench', 'cmd_serve', 'main']
 
-# %% ../nbs/90_cli.ipynb #e767c6f1
+# %% ../nbs/90_cli.ipynb #5b7927a3
 def engine_flags(p: argparse.ArgumentParser, batch: int = 32):
     "The engine's flags, shared by every subcommand that builds one."
     p.add_argument('--max-batch-size', type=int, default=batch, help=f'requests running at once (default {batch})')
@@ -50,6 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument('--dtype', default='float32', help='float32, bfloat16 or float16')
     g.add_argument('--json', action='store_true', help='print one JSON object per prompt: text, token_ids, finish_reason')
     engine_flags(g)
+    sv = sub.add_parser('serve', help='serve a model with an OpenAI-compatible HTTP API')
+    sv.add_argument('--model', default=DEFAULT_MODEL, help='a Hugging Face model directory, or a name `pull` knows')
+    sv.add_argument('--served-model-name', default=None, help="the model's name in the API (default: the directory's name)")
+    sv.add_argument('--host', default='127.0.0.1')
+    sv.add_argument('--port', type=int, default=8000)
+    sv.add_argument('--dtype', default='float32', help='float32, bfloat16 or float16')
+    sv.add_argument('--api-key', default=None, help='require "Authorization: Bearer KEY" on /v1 endpoints')
+    sv.add_argument('--max-waiting', type=int, default=None, help='refuse (503) when this many requests already wait')
+    sv.add_argument('--max-tokens-default', type=int, default=16, help='max_tokens of a request that gives none (default 16)')
+    sv.add_argument('--log-level', default='warning', help='uvicorn log level')
+    engine_flags(sv)
     b = sub.add_parser('bench', help='benchmarks')
     bsub = b.add_subparsers(dest='bench', required=True, metavar='BENCH')
     o = bsub.add_parser('offline', help='offline throughput beside transformers and this machine\'s ceilings')
@@ -66,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine_flags(o, batch=32)
     return p
 
-# %% ../nbs/90_cli.ipynb #3e26a545
+# %% ../nbs/90_cli.ipynb #264f6815
 def cmd_pull(args) -> int:
     from nanoserve.pull import pull
     print(pull(args.name, force=args.force, verify=args.verify, log=lambda m: print(m, file=sys.stderr)))
@@ -155,7 +166,11 @@ def cmd_bench(args) -> int:
     print(f"wrote {args.csv}")
     return 0
 
-COMMANDS = {'pull': cmd_pull, 'generate': cmd_generate, 'bench': cmd_bench}
+def cmd_serve(args) -> int:
+    from nanoserve.serve import serve
+    return serve(args)
+
+COMMANDS = {'pull': cmd_pull, 'generate': cmd_generate, 'bench': cmd_bench, 'serve': cmd_serve}
 
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `nanoserve` command."

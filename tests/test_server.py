@@ -1,0 +1,159 @@
+"The server end to end: a real `nanoserve serve` process on 127.0.0.1 and the official openai client."
+import asyncio, json, os, signal, socket, subprocess, sys, time
+from pathlib import Path
+import httpx, openai, pytest
+from nanoserve.engine import Engine
+from nanoserve.sampling import SamplingParams
+
+NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+def start(model, *flags):
+    port = free_port()
+    proc = subprocess.Popen([NANOSERVE, 'serve', '--model', str(model), '--port', str(port), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url, t0 = f'http://127.0.0.1:{port}', time.monotonic()
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            if httpx.get(url + '/health', timeout=1).status_code == 200: return proc, url
+        except httpx.HTTPError: pass
+        assert time.monotonic() - t0 < 90, 'server did not come up'
+        time.sleep(0.2)
+
+@pytest.fixture(scope='module')
+def server(tiny):
+    path = tiny('llama_tied_gqa')
+    proc, url = start(path, '--max-batch-size', '8', '--served-model-name', 'tiny')
+    yield path, url
+    proc.send_signal(signal.SIGINT)
+    try: proc.wait(20)
+    except subprocess.TimeoutExpired: proc.kill(); raise
+
+def stats(url): return httpx.get(url + '/health').json()['stats']
+
+def test_openai_client_matches_offline_engine(server):
+    path, url = server
+    client = openai.OpenAI(base_url=url + '/v1', api_key='none')
+    offline = Engine.build(path)
+    want = offline.generate(['the capital of'], SamplingParams(max_tokens=12, temperature=0.8, seed=7), use_tqdm=False)[0]
+    r = client.completions.create(model='tiny', prompt='the capital of', max_tokens=12, temperature=0.8, seed=7)
+    assert r.choices[0].text == want.text and r.choices[0].finish_reason == want.finish_reason
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(want.prompt_token_ids), len(want.token_ids))
+    chunks = list(client.completions.create(model='tiny', prompt='the capital of', max_tokens=12, temperature=0.8, seed=7,
+                                            stream=True, stream_options={'include_usage': True}))
+    assert ''.join(c.choices[0].text for c in chunks if c.choices) == want.text
+    assert chunks[-1].usage.completion_tokens == len(want.token_ids)
+
+def test_chat_stream_equals_non_stream(server):
+    path, url = server
+    client = openai.OpenAI(base_url=url + '/v1', api_key='none')
+    msgs = [{'role': 'user', 'content': 'hello world'}]
+    # the tiny tokenizer has no chat template: the server says so with a 400
+    with pytest.raises(openai.BadRequestError, match='no chat template'):
+        client.chat.completions.create(model='tiny', messages=msgs, max_tokens=5)
+
+def test_models_and_errors(server):
+    path, url = server
+    client = openai.OpenAI(base_url=url + '/v1', api_key='none')
+    assert [m.id for m in client.models.list()] == ['tiny']
+    with pytest.raises(openai.NotFoundError, match="model 'gpt-9' is not served here"): client.completions.create(model='gpt-9', prompt='x')
+    with pytest.raises(openai.BadRequestError, match='top_p'): client.completions.create(model='tiny', prompt='x', top_p=3)
+    r = httpx.post(url + '/v1/completions', content=b'{not json', headers={'Content-Type': 'application/json'})
+    assert r.status_code == 400 and set(r.json()['error']) == {'message', 'type', 'param', 'code'}
+    r = httpx.post(url + '/v1/completions', content=b'x' * (10 << 20), headers={'Content-Type': 'application/json'})
+    assert r.status_code == 413
+
+def test_32_concurrent_streams_then_pool_is_full(server):
+    path, url = server
+    client = openai.AsyncOpenAI(base_url=url + '/v1', api_key='none')
+    prompts = [f"hello world {'abc ' * (i % 9)}" for i in range(32)]
+    async def one(i):
+        text = ''
+        async for c in await client.completions.create(model='tiny', prompt=prompts[i], max_tokens=4 + i % 13, seed=i, temperature=0.7, stream=True):
+            text += c.choices[0].text if c.choices else ''
+        return text
+    async def main(): return await asyncio.gather(*(one(i) for i in range(32)))
+    got = asyncio.run(main())
+    want = Engine.build(path).generate(prompts, [SamplingParams(max_tokens=4 + i % 13, seed=i, temperature=0.7) for i in range(32)], use_tqdm=False)
+    assert got == [w.text for w in want]
+    s = stats(url)
+    assert (s['num_running'], s['kv_free_blocks']) == (0, s['kv_total_blocks'])
+
+def test_dropped_clients_leave_nothing_held(server):
+    path, url = server
+    async def drop(i):
+        async with httpx.AsyncClient(timeout=30) as c:
+            async with c.stream('POST', url + '/v1/completions', json={'model': 'tiny', 'prompt': 'hello', 'max_tokens': 400, 'seed': i, 'stream': True}) as r:
+                n = 0
+                async for line in r.aiter_lines():
+                    if line.startswith('data: '): n += 1
+                    if n >= 3: break
+    async def main(): await asyncio.gather(*(drop(i) for i in range(20)))
+    asyncio.run(main())
+    t0 = time.monotonic()
+    while (s := stats(url))['num_running'] or s['num_waiting'] or s['kv_free_blocks'] != s['kv_total_blocks']:
+        assert time.monotonic() - t0 < 30, s
+        time.sleep(0.1)
+    assert s['num_aborted'] >= 20
+    m = httpx.get(url + '/metrics').text
+    assert 'nanoserve_requests_running 0.0' in m and 'nanoserve_generation_tokens_total' in m
+
+def test_api_key(tiny):
+    proc, url = start(tiny('llama_tied_gqa'), '--api-key', 'sekret', '--served-model-name', 'tiny')
+    try:
+        assert httpx.get(url + '/health').status_code == 200
+        with pytest.raises(openai.AuthenticationError): openai.OpenAI(base_url=url + '/v1', api_key='wrong').models.list()
+        assert [m.id for m in openai.OpenAI(base_url=url + '/v1', api_key='sekret').models.list()] == ['tiny']
+    finally:
+        proc.send_signal(signal.SIGINT); proc.wait(20)
+
+def test_default_model_chat_streaming_and_not(default_model):
+    t0 = time.monotonic()
+    proc, url = start(default_model, '--max-batch-size', '4')
+    boot = time.monotonic() - t0
+    try:
+        client = openai.OpenAI(base_url=url + '/v1', api_key='none')
+        name = client.models.list().data[0].id
+        msgs = [{'role': 'user', 'content': 'What is the capital of France?'}]
+        r = client.chat.completions.create(model=name, messages=msgs, max_tokens=48, temperature=0)
+        assert 'Paris' in r.choices[0].message.content and r.choices[0].finish_reason == 'stop'
+        offline = Engine.build(default_model).generate([msgs], SamplingParams(max_tokens=48, temperature=0.7, seed=3), use_tqdm=False)[0]
+        r = client.chat.completions.create(model=name, messages=msgs, max_tokens=48, temperature=0.7, seed=3)
+        assert r.choices[0].message.content == offline.text
+        assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(offline.prompt_token_ids), len(offline.token_ids))
+        t1, first, pieces = time.monotonic(), None, []
+        for c in client.chat.completions.create(model=name, messages=msgs, max_tokens=48, temperature=0.7, seed=3, stream=True):
+            if c.choices and c.choices[0].delta.content:
+                first = first or time.monotonic(); pieces.append(c.choices[0].delta.content)
+        total = time.monotonic() - t1
+        assert ''.join(pieces) == offline.text
+        print(f"\nboot to first /health 200: {boot:.1f} s; streamed chat: TTFT {first - t1:.3f} s, "
+              f"{len(offline.token_ids) / (total - (first - t1)):.1f} tok/s after the first token")
+    finally:
+        proc.send_signal(signal.SIGINT); proc.wait(20)
+
+def test_make_serve_brings_up_a_server(tiny):
+    "`make serve` on a tiny model: the README's main command answers /health."
+    root = Path(__file__).resolve().parents[1]
+    port = free_port()
+    proc = subprocess.Popen(['make', '-s', 'serve', f'MODEL={tiny("llama_tied_gqa")}', f'PORT={port}', f'BIN={Path(sys.executable).parent}'],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                r = httpx.get(f'http://127.0.0.1:{port}/health', timeout=1)
+                if r.status_code == 200: break
+            except httpx.HTTPError: pass
+            assert time.monotonic() - t0 < 120, 'make serve did not come up'
+            time.sleep(0.3)
+        assert r.json()['status'] == 'ok' and r.json()['kv_pool']['num_blocks'] > 0
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try: proc.wait(20)
+        except subprocess.TimeoutExpired: os.killpg(proc.pid, signal.SIGKILL)
