@@ -59,3 +59,12 @@ def default_model() -> Path:
     "The real SmolLM2-135M-Instruct directory, pulled into the cache if needed."
     from nanoserve.pull import pull
     return pull()
+
+def break_forward_after(engine, steps: int, message: str = 'injected fault in the forward'):
+    "Make the engine's forward raise after `steps` good steps (fault injection for the serving tests)."
+    real, calls = engine.runner.execute, []
+    def flaky(out):
+        calls.append(1)
+        if len(calls) > steps: raise RuntimeError(message)
+        return real(out)
+    engine.runner.execute = flaky

@@ -5,6 +5,7 @@ from nanoserve.engine import Engine
 from nanoserve.sampling import SamplingParams
 from nanoserve.async_engine import AsyncEngine, EngineDeadError
 from test_engine import prompts16
+from conftest import break_forward_after
 
 def params(i, n): return SamplingParams(max_tokens=n, temperature=0.8, seed=i)
 
@@ -69,13 +70,7 @@ def test_cancelled_task_aborts_its_request(tiny):
 
 def test_engine_fault_fails_in_flight_requests_and_marks_dead(tiny):
     aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), max_batch_size=4))
-    real = aeng.engine.runner.execute
-    calls = []
-    def flaky(out):
-        calls.append(1)
-        if len(calls) > 3: raise RuntimeError('injected fault in the forward')
-        return real(out)
-    aeng.engine.runner.execute = flaky
+    break_forward_after(aeng.engine, 3)
     async def main():
         return await asyncio.wait_for(asyncio.gather(*(final(aeng, p, params(i, 50)) for i, p in enumerate(prompts16(320)[:6])),
                                                      return_exceptions=True), timeout=30)

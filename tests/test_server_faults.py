@@ -2,17 +2,13 @@
 import asyncio, json
 import httpx, pytest
 from nanoserve.serve import build_app
+from conftest import break_forward_after
 
 def client_for(app): return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url='http://test', timeout=30)
 
 def test_engine_fault_gives_500_and_health_503(tiny):
     app, aeng = build_app(str(tiny('llama_tied_gqa')), served_model_name='tiny', max_batch_size=4)
-    real, calls = aeng.engine.runner.execute, []
-    def flaky(out):
-        calls.append(1)
-        if len(calls) > 2: raise RuntimeError('injected fault in the forward')
-        return real(out)
-    aeng.engine.runner.execute = flaky
+    break_forward_after(aeng.engine, 2)
     async def main():
         async with client_for(app) as c:
             rs = await asyncio.wait_for(asyncio.gather(*(c.post('/v1/completions', json={'model': 'tiny', 'prompt': 'hello', 'max_tokens': 30, 'seed': i})
