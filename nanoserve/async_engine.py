@@ -38,7 +38,7 @@ class EngineStats:
     kv_total_blocks: int
     def as_dict(self) -> dict: return asdict(self)
 
-# %% ../nbs/30_async.ipynb #69ba1217
+# %% ../nbs/30_async.ipynb #bdf0e7ba
 class AsyncEngine:
     "Runs an `Engine` in a thread; requests are async streams of `RequestOutput`."
     def __init__(self, engine: Engine):
@@ -57,6 +57,12 @@ class AsyncEngine:
     def running(self) -> bool:
         "The loop thread is alive and serving."
         return self._thread.is_alive() and self.error is None and not self._stopping
+
+    @property
+    def max_batch_size(self) -> int: return self.engine.config.max_batch_size
+    def token_text(self, token_id: int) -> str:
+        "The text of one token (for logprobs); the tokenizer is read-only, so any thread may call this."
+        return self.engine.tokenizer.decode([token_id])
 
     def _deliver(self, rid: str, item):
         if (s := self._streams.get(rid)) is None: return

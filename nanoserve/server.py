@@ -138,7 +138,7 @@ async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, prompt, body: _
     finally:
         for t in tasks: t.cancel()
 
-# %% ../nbs/32_server.ipynb #247ec545
+# %% ../nbs/32_server.ipynb #c0dd00cf
 def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | None = None, max_waiting: int | None = None,
                max_body_bytes: int = 1 << 20, default_max_tokens: int = 16) -> FastAPI:
     "The FastAPI app serving `aeng` as model `model_name`."
@@ -187,7 +187,7 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
     async def admit(body):
         if body.model != model_name: return error_response(404, f"model {body.model!r} is not served here; this server serves {model_name!r}", param='model', code='model_not_found')
         if not aeng.running: return error_response(503, f"the engine is not running: {aeng.error}", 'server_error', headers={'Retry-After': '5'})
-        if max_waiting is not None and aeng.stats().num_waiting + aeng.stats().num_running >= max_waiting + aeng.engine.config.max_batch_size:
+        if max_waiting is not None and aeng.stats().num_waiting + aeng.stats().num_running >= max_waiting + aeng.max_batch_size:
             return error_response(503, f"the server is at capacity ({max_waiting} waiting); retry later", 'server_error', headers={'Retry-After': '1'})
 
     @app.post('/v1/completions')
@@ -227,11 +227,11 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
         lp = None
         if o.logprobs is not None:
             toks = o.token_ids
-            lp = ({'tokens': [aeng.engine.tokenizer.decode([t]) for t in toks], 'token_logprobs': [d.get(t) for t, d in zip(toks, o.logprobs)],
-                   'top_logprobs': [{aeng.engine.tokenizer.decode([k]): v for k, v in d.items()} for d in o.logprobs[:len(toks)]], 'text_offset': []}
+            lp = ({'tokens': [aeng.token_text(t) for t in toks], 'token_logprobs': [d.get(t) for t, d in zip(toks, o.logprobs)],
+                   'top_logprobs': [{aeng.token_text(k): v for k, v in d.items()} for d in o.logprobs[:len(toks)]], 'text_offset': []}
                   if kind == 'text_completion' else
-                  {'content': [{'token': aeng.engine.tokenizer.decode([t]), 'logprob': d.get(t), 'bytes': None,
-                                'top_logprobs': [{'token': aeng.engine.tokenizer.decode([k]), 'logprob': v, 'bytes': None} for k, v in d.items()]}
+                  {'content': [{'token': aeng.token_text(t), 'logprob': d.get(t), 'bytes': None,
+                                'top_logprobs': [{'token': aeng.token_text(k), 'logprob': v, 'bytes': None} for k, v in d.items()]}
                                for t, d in zip(toks, o.logprobs)]})
         if kind == 'text_completion': return {'index': i, 'text': o.text, 'finish_reason': o.finish_reason, 'logprobs': lp}
         return {'index': i, 'message': {'role': 'assistant', 'content': o.text}, 'finish_reason': o.finish_reason, 'logprobs': lp}
