@@ -4,7 +4,7 @@
 
 # %% ../nbs/34_serve.ipynb #81af0118
 from __future__ import annotations
-import sys
+import sys, time, uuid
 from pathlib import Path
 from .engine import Engine, EngineConfig
 from .async_engine import AsyncEngine
@@ -16,7 +16,7 @@ __all__ = ['health_payload', 'build_app', 'serve']
 # %% ../nbs/34_serve.ipynb #ad433366
 def health_payload(engine: Engine, model_name: str) -> dict:
     "What /health reports about the served model and its memory plan."
-    return {'model': model_name, 'dtype': str(engine.model.dtype).removeprefix('torch.'), 'device': str(engine.model.device),
+    return {'model': model_name, 'instance': uuid.uuid4().hex[:12], 'started': round(time.time(), 3), 'dtype': str(engine.model.dtype).removeprefix('torch.'), 'device': str(engine.model.device),
             'max_model_len': engine.max_model_len, 'max_batch_size': engine.config.max_batch_size, 'kv_pool': engine.plan.as_dict()}
 
 def build_app(model: str | None = None, config: EngineConfig | None = None, served_model_name: str | None = None,

@@ -1,0 +1,90 @@
+#!/usr/bin/env python
+"""nanoserve and a peer server on the same plan, on the same cores, in one run; both reports side by side.
+
+    python bench/peers/side_by_side.py                       # nanoserve vs vLLM (CPU build), default model
+    python bench/peers/side_by_side.py --server-cpus 0,1 --client-cpus 0,1
+
+One server at a time: launch it pinned to --server-cpus (taskset), warm it up, run the plan as a crowd and open loop
+at each rate, stop it; then the next. The client (this process) is pinned to --client-cpus, by default the other core.
+Writes OUT/plan.json, OUT/<server>.{csv,png,runs.jsonl}, OUT/side_by_side.{csv,png,txt}. Not part of CI: vLLM takes
+minutes to start and lives in its own venv (bench/peers/install_vllm.sh).
+"""
+import argparse, os, sys, time
+from pathlib import Path
+from nanoserve.loadgen import make_plan, launch, free_port, nanoserve_command, parse_lengths
+from nanoserve.loadreport import LoadReport, table, write_csv, plot_reports
+from nanoserve.servebench import bench_serve, save_runs
+from nanoserve.pull import resolve_model
+from nanoserve.tokenizer import Tokenizer
+from nanoserve.offline_bench import machine
+
+HERE = Path(__file__).resolve().parent
+
+def servers(args, path, name, ncpu):
+    "name -> (command builder of a port, extra env)."
+    ours = lambda port: nanoserve_command(path, port, '--served-model-name', name, '--max-batch-size', str(args.max_batch_size),
+                                          '--dtype', args.dtype, '--max-model-len', str(args.max_model_len))
+    vllm = lambda port: ['bash', str(HERE/'serve_vllm.sh'), str(path), str(port), '--max-num-seqs', str(args.max_batch_size)]
+    return {'nanoserve': (ours, {'OMP_NUM_THREADS': str(ncpu)}),
+            'vllm': (vllm, {'SERVED_NAME': name, 'DTYPE': args.dtype, 'MAX_MODEL_LEN': str(args.max_model_len)})}
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--model', default=None, help='model directory (default: the pulled default model)')
+    p.add_argument('--servers', default='nanoserve,vllm')
+    p.add_argument('--server-cpus', default='1'); p.add_argument('--client-cpus', default='0')
+    p.add_argument('--num-requests', type=int, default=32)
+    p.add_argument('--input-len', default='32:128'); p.add_argument('--output-len', default='64')
+    p.add_argument('--rates', default='1,2,4'); p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--max-batch-size', type=int, default=32)
+    p.add_argument('--max-model-len', type=int, default=2048)
+    p.add_argument('--dtype', default='float32')
+    p.add_argument('--boot-timeout', type=float, default=900)
+    p.add_argument('--out', default='bench/results/peers')
+    args = p.parse_args()
+    os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(',')})
+    out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
+    path = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr))
+    name = Path(path).name
+    plan = make_plan(args.num_requests, parse_lengths(args.input_len), parse_lengths(args.output_len), seed=args.seed,
+                     tokenizer=Tokenizer.from_dir(path))
+    plan.save(out/'plan.json')
+    rates = [float(r) for r in args.rates.split(',') if r]
+    ncpu = len(args.server_cpus.split(','))
+    table_ = servers(args, path, name, ncpu)
+    runs, boots = {}, {}
+    for server in args.servers.split(','):
+        command, env = table_[server]
+        port = free_port()
+        t0 = time.monotonic()
+        print(f"[{server}] starting on cpus {args.server_cpus}", file=sys.stderr, flush=True)
+        with launch(command=command(port), port=port, cpus=args.server_cpus, env=env, timeout=args.boot_timeout) as (url, boot):
+            boots[server] = boot
+            print(f"[{server}] healthy after {boot:.0f} s", file=sys.stderr, flush=True)
+            runs[server] = bench_serve(url, name, plan, rates, label=server, seed=args.seed, log=lambda m: print(m, file=sys.stderr, flush=True))
+        save_runs(runs[server], out, server, f'{server}: {name} {args.dtype}, server cpus {args.server_cpus}')
+        print(f"[{server}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    reports = [LoadReport.of(r) for rs in runs.values() for r in rs]
+    mach = machine()
+    write_csv(reports, out/'side_by_side.csv', {'machine': mach, 'server_cpus': args.server_cpus, 'client_cpus': args.client_cpus,
+                                                 'dtype': args.dtype, 'max_batch_size': args.max_batch_size})
+    import matplotlib; matplotlib.use('Agg')
+    plot_reports(reports, out/'side_by_side.png', f'{name} {args.dtype}: {plan.name}; server on cpu {args.server_cpus}, client on cpu {args.client_cpus}')
+    names = list(runs)
+    lines = [f"machine: {mach}", f"plan: {plan.name} (fingerprint {plan.fingerprint}); server cpus {args.server_cpus}, client cpus {args.client_cpus}, "
+             f"{args.dtype}, max batch {args.max_batch_size}", 'boot to healthy: ' + ', '.join(f'{k} {v:.0f} s' for k, v in boots.items()), '',
+             table(reports), '']
+    if len(names) == 2:
+        a, b = runs[names[0]], runs[names[1]]
+        for ra, rb in zip(a, b):
+            same = sum(x == y for x, y in zip(ra.texts, rb.texts))
+            pa, pb = LoadReport.of(ra), LoadReport.of(rb)
+            lines.append(f"{ra.mode}{'' if ra.plan.rate is None else f' {ra.plan.rate:g}/s'}: identical texts {same}/{len(ra.texts)}; "
+                         f"output tok/s {names[0]}/{names[1]} = {pa.output_throughput / pb.output_throughput:.2f}x; "
+                         f"TPOT p50 {1e3 * pa.tpot.p50:.0f} vs {1e3 * pb.tpot.p50:.0f} ms; TTFT p50 {1e3 * pa.ttft.p50:.0f} vs {1e3 * pb.ttft.p50:.0f} ms")
+    text = '\n'.join(lines)
+    (out/'side_by_side.txt').write_text(text + '\n')
+    print(text)
+
+if __name__ == '__main__':
+    main()
