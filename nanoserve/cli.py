@@ -20,12 +20,20 @@ def engine_flags(p: argparse.ArgumentParser, batch: int = 32):
     p.add_argument('--num-kv-blocks', type=int, default=None, help='KV pool size in blocks (default: from memory)')
     p.add_argument('--kv-cache-gb', type=float, default=None, help='KV pool size in GiB')
     p.add_argument('--batch-invariant', action='store_true', help='bitwise batch-independent arithmetic (slower)')
+    p.add_argument('--compile', action='store_true', help="the layers' dense work through torch.compile (Day 49)")
+    p.add_argument('--bucket-decode', action='store_true', help='pad decode steps to (row, width) buckets (Day 52)')
+    p.add_argument('--persist-inputs', action='store_true', help='decode inputs in persistent buffers (Day 53)')
+    p.add_argument('--capture-decode', action='store_true', help='replay one recorded decode per shape (Day 54); needs the two above')
+    p.add_argument('--capture-recorder', default='compile', help="compile (CPU), cuda_graph (GPU) or host (default compile)")
+    p.add_argument('--capture-limit', type=int, default=64, help='recordings at most (default 64)')
 
 def engine_config(args, dtype: str):
     from nanoserve.engine import EngineConfig
     return EngineConfig(dtype=dtype, max_batch_size=args.max_batch_size, max_num_batched_tokens=args.max_num_batched_tokens,
                         max_model_len=args.max_model_len, num_kv_blocks=args.num_kv_blocks, kv_cache_gb=args.kv_cache_gb,
-                        batch_invariant=args.batch_invariant)
+                        batch_invariant=args.batch_invariant, compile=args.compile, bucket_decode=args.bucket_decode,
+                        persist_inputs=args.persist_inputs, capture_decode=args.capture_decode, capture_recorder=args.capture_recorder,
+                        capture_limit=args.capture_limit)
 
 #| export
 def build_parser() -> argparse.ArgumentParser:

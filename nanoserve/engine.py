@@ -36,6 +36,12 @@ class EngineConfig:
     kv_cache_gb: float | None = None
     batch_invariant: bool = False         # bitwise batch-independent arithmetic (Day 12); slower
     check_invariants: bool = False        # run the KV pool invariant checker after every step
+    compile: bool = False                 # the layers' dense work through torch.compile (Day 49)
+    bucket_decode: bool = False           # pad pure-decode steps to (row, width) buckets (Day 52)
+    persist_inputs: bool = False          # decode inputs in buffers allocated once (Day 53)
+    capture_decode: bool = False          # replay one recorded decode per shape (Day 54); needs the two above
+    capture_recorder: str = 'compile'     # 'compile' (CPU), 'cuda_graph' (GPU) or 'host' (tests: eager, priced)
+    capture_limit: int = 64               # recordings at most (DEFAULT_CAPTURE_LIMIT)
 
     def __post_init__(self):
         parse_dtype(self.dtype)
@@ -43,6 +49,14 @@ class EngineConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1: raise ConfigError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        flags = {f: getattr(self, f) for f in ('bucket_decode', 'persist_inputs', 'capture_decode')}
+        if sum(flags.values()) == 2 or (self.capture_decode and not all(flags.values())):
+            missing = ' and '.join(f for f, on in flags.items() if not on)
+            raise ConfigError(f"{' and '.join(f for f, on in flags.items() if on)} without {missing}: a recorded decode is only right over "
+                              f"bucketed shapes and persistent inputs together; add {missing.replace(' and ', '=True and ')}=True or drop the others")
+        if self.batch_invariant and any(flags.values()):
+            raise ConfigError("batch_invariant cannot be combined with bucket_decode/persist_inputs/capture_decode: the invariant path pads "
+                              "and attends its own way; choose one")
 
 @dataclass
 class RequestOutput:
@@ -83,6 +97,16 @@ class Engine:
         self.cache = KVCache(cfg, self.plan, config.max_batch_size, self.max_model_len)
         self.scheduler = Scheduler(self.cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids)
         self.runner = ModelRunner(model, self.cache, stop_ids, config.batch_invariant)
+        self.captured = None
+        if config.compile:                  # Day 49; imported here because the compile and capture days come after this one
+            from .compile import compile_layers
+            compile_layers(model)
+        if config.bucket_decode or config.persist_inputs or config.capture_decode:   # Days 52-54
+            from .capture import CapturedDecode, make_recorder
+            rec = make_recorder(config.capture_recorder, limit=config.capture_limit)
+            self.captured = CapturedDecode(model, self.cache, rec, bucket=config.bucket_decode, persist=config.persist_inputs,
+                                           capture=config.capture_decode)
+            self.runner.decode_path = self.captured
         self.detok: dict[str, IncrementalDetokenizer] = {}
         self.texts: dict[str, str] = {}
         self._ids = itertools.count()

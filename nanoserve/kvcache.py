@@ -105,9 +105,12 @@ class KVCache:
     "KV storage, the block pool, per-request block tables and rows, and the slot table."
     def __init__(self, cfg: ModelConfig, plan: KVPoolPlan, max_batch_size: int, max_model_len: int):
         dtype, dev = parse_dtype(plan.dtype), torch.device(plan.device)
-        shape = (cfg.num_hidden_layers, plan.num_blocks * plan.block_size, cfg.num_key_value_heads, cfg.head_dim)
-        self.k = torch.empty(shape, dtype=dtype, device=dev)   # [layers, slots, kv_heads, head_dim]
+        # one slot past the pool: padded rows of a bucketed decode (Day 52) write their K/V there, and nothing reads it
+        self.pad_slot = plan.num_blocks * plan.block_size
+        shape = (cfg.num_hidden_layers, self.pad_slot + 1, cfg.num_key_value_heads, cfg.head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=dev)   # [layers, slots + 1, kv_heads, head_dim]
         self.v = torch.empty(shape, dtype=dtype, device=dev)
+        self.k[:, self.pad_slot] = 0; self.v[:, self.pad_slot] = 0   # the rest of the pool stays lazy; the pad slot is read as a masked key
         self.slots = torch.full((max_batch_size, max_model_len), -1, dtype=torch.int32, device=dev)  # [rows, positions]
         self.block_size, self.max_model_len, self.plan = plan.block_size, max_model_len, plan
         self.pool = BlockPool(plan.num_blocks)

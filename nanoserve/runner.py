@@ -21,6 +21,7 @@ class ModelRunner:
     "Runs the model for one scheduled step and samples."
     def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False):
         self.model, self.cache, self.stop_ids, self.batch_invariant = model, cache, set(stop_ids), batch_invariant
+        self.decode_path = None   # Day 54: an object whose run(rows, tokens, context_lens) serves pure-decode steps
 
     def prepare_inputs(self, out: SchedulerOutput):
         "input_ids [T], positions [T], attention metadata, the flat indices of sampled rows and their requests."
@@ -44,6 +45,11 @@ class ModelRunner:
     def execute(self, out: SchedulerOutput) -> dict[str, tuple[int, dict | None]]:
         "Forward the step and sample: request id -> (token, logprobs or None)."
         if out.is_empty: return {}
+        if self.decode_path is not None and all(s.num_tokens == 1 and s.samples for s in out.scheduled):
+            reqs = [s.request for s in out.scheduled]
+            logits = self.decode_path.run([s.row for s in out.scheduled], [r.token_ids(r.num_computed_tokens, r.num_tokens)[0] for r in reqs],
+                                          [r.num_tokens for r in reqs])
+            return self._sample(logits, reqs)
         input_ids, positions, meta, sample_idx, reqs = self.prepare_inputs(out)
         attn = (InvariantPagedAttention if self.batch_invariant else PagedAttention)(self.cache, meta)
         hidden = self.model(input_ids, positions, attn)
@@ -51,6 +57,8 @@ class ModelRunner:
         rows = hidden[sample_idx]
         if self.batch_invariant:
             rows = torch.cat([rows, rows.new_zeros(_pad_to(len(reqs), INVARIANT_PAD) - len(reqs), rows.shape[1])])
-        logits = self.model.compute_logits(rows)[:len(reqs)].cpu()
+        return self._sample(self.model.compute_logits(rows)[:len(reqs)].cpu(), reqs)
+
+    def _sample(self, logits, reqs):
         stops = [set(r.params.stop_token_ids) | (set() if r.params.ignore_eos else self.stop_ids) for r in reqs]
         return {r.request_id: res for r, res in zip(reqs, sample(logits, reqs, stops))}
