@@ -45,7 +45,7 @@ def _write(self: DecodeInputs, rows: list[int], tokens: list[int], context_lens:
     if self.slot_table is not self.cache.slots: self.slot_table[:R, :shape.width].copy_(self.cache.slots[:R, :shape.width], non_blocking=True)
 DecodeInputs.write = _write
 
-# %% ../nbs/53_persist.ipynb #d33f8743
+# %% ../nbs/53_persist.ipynb #bd9fd6d2
 class StaticDecodeAttention(AttentionBackend):
     "Decode attention at one shape over persistent buffers; it does not write the pool: new K/V are kept for `store_kv`."
     def __init__(self, cache: KVCache, inputs: DecodeInputs, shape: DecodeShape, row_ids: torch.Tensor | None = None):
@@ -74,8 +74,7 @@ def decode_core(model: CausalLM, cache: KVCache, inputs: DecodeInputs, shape: De
 def store_kv(cache: KVCache, inputs: DecodeInputs, shape: DecodeShape, new_k: torch.Tensor, new_v: torch.Tensor):
     "Write a decode's new K/V through the persistent slot mapping (padded rows: the pad slot)."
     sm = inputs.slot_mapping[:shape.rows]
-    for layer in range(new_k.shape[0]):
-        cache.k[layer].index_copy_(0, sm, new_k[layer]); cache.v[layer].index_copy_(0, sm, new_v[layer])
+    cache.k.index_copy_(1, sm, new_k); cache.v.index_copy_(1, sm, new_v)      # every layer at once: [layers, slots, ...] along slots
 
 def decode_forward(model: CausalLM, cache: KVCache, inputs: DecodeInputs, shape: DecodeShape, row_ids: torch.Tensor | None = None) -> torch.Tensor:
     "The decode step at `shape` over the persistent buffers, K/V stored: float32 logits [shape.rows, vocab]."

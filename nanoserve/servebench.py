@@ -60,10 +60,12 @@ def spread(xs) -> float:
     "(max - min) / median of repeated measurements; 0 for one."
     return 0.0 if len(xs) < 2 else (max(xs) - min(xs)) / abs(_median(xs))
 
-# %% ../nbs/42_servebench.ipynb #ad774347
-def inconclusive_reasons(a: LoadRun, b: LoadRun, min_completed: int = 8) -> list[str]:
-    "Why runs a and b cannot be compared (empty when they can)."
+# %% ../nbs/42_servebench.ipynb #90f725f0
+def inconclusive_reasons(a: LoadRun, b: LoadRun, min_completed: int = 8, same_server: bool = False) -> list[str]:
+    "Why runs a and b cannot be compared (empty when they can); `same_server`: b must follow a on the same server process."
     why = []
+    if same_server and a.server_after != b.server_before:
+        why.append(f"the server restarted between A and B (identity {a.server_after} -> {b.server_before}): a noise check needs one process")
     if a.plan.fingerprint != b.plan.fingerprint:
         why.append(f"different plans ({a.plan.name!r} {a.plan.fingerprint} vs {b.plan.name!r} {b.plan.fingerprint}): run both with the same plan file")
     if (a.mode, a.max_concurrency) != (b.mode, b.max_concurrency):
@@ -81,14 +83,16 @@ def inconclusive_reasons(a: LoadRun, b: LoadRun, min_completed: int = 8) -> list
                    "compute different things, and their speeds are not comparable")
     return why
 
-# %% ../nbs/42_servebench.ipynb #479933cc
+# %% ../nbs/42_servebench.ipynb #3484b825
 METRICS = {'output_throughput': lambda r: 1 / r.output_throughput, 'ttft_p50': lambda r: r.ttft.p50,
            'tpot_p50': lambda r: r.tpot.p50, 'e2e_p50': lambda r: r.e2e.p50}     # costs: larger is worse (throughput as its inverse)
 
-def compare(a: LoadRun | list[LoadRun], b: LoadRun | list[LoadRun], tolerance: float = 0.2, min_completed: int = 8) -> Comparison:
+def compare(a: LoadRun | list[LoadRun], b: LoadRun | list[LoadRun], tolerance: float = 0.2, min_completed: int = 8,
+            same_server: bool = False) -> Comparison:
     "B against A (each a run or its repeats): a `Comparison`, or `Inconclusive`, or `Regression`."
     a, b = ([a] if isinstance(a, LoadRun) else list(a)), ([b] if isinstance(b, LoadRun) else list(b))
     why = [w for y in b + a[1:] for w in inconclusive_reasons(a[0], y, min_completed)]
+    if same_server: why += [w for x, y in zip(a + b, a[1:] + b) for w in inconclusive_reasons(x, y, min_completed, True)]
     if why: raise Inconclusive(list(dict.fromkeys(why)))
     ra, rb, rows = [LoadReport.of(r) for r in a], [LoadReport.of(r) for r in b], []
     for name, cost in METRICS.items():

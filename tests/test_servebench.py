@@ -134,6 +134,9 @@ def test_refusals(same_server_runs, model):
     wrong = replace(b[0], records=[replace(r, text=r.text + 'x') if r.index in (3, 9) else r for r in b[0].records])
     with pytest.raises(Inconclusive, match='different answers for 2 of 32 requests'): compare(a[0], wrong)
     with pytest.raises(Inconclusive, match='restarted during the run'): compare(a[0], replace(b[0], server_after='0123'))
+    compare(a, b, same_server=True)                                          # six runs, one server process
+    with pytest.raises(Inconclusive, match='restarted between A and B'):
+        compare(a[0], replace(b[0], server_before='0123', server_after='0123'), same_server=True)
     failed = replace(b[0], records=[replace(r, error='HTTP 500: boom') if r.index == 0 else r for r in b[0].records])
     with pytest.raises(Inconclusive, match='B has 1 failed requests'): compare(a[0], failed)
     with launch(model, '--max-batch-size', '1') as (url, _):
