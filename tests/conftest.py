@@ -60,11 +60,12 @@ def default_model() -> Path:
     from nanoserve.pull import pull
     return pull()
 
-def break_forward_after(engine, steps: int, message: str = 'injected fault in the forward'):
-    "Make the engine's forward raise after `steps` good steps (fault injection for the serving tests)."
+def break_forward_after(engine, steps: int, message: str = 'injected fault in the forward', once_holding: int = 0):
+    """Make the engine's forward raise after `steps` good steps (fault injection for the serving tests); with `once_holding`,
+    only steps taken while at least that many requests are in the engine count, so none of them can arrive after the fault."""
     real, calls = engine.runner.execute, []
     def flaky(out):
-        calls.append(1)
+        if len(engine.scheduler.running) + len(engine.scheduler.waiting) >= once_holding: calls.append(1)
         if len(calls) > steps: raise RuntimeError(message)
         return real(out)
     engine.runner.execute = flaky

@@ -8,10 +8,10 @@ def client_for(app): return httpx.AsyncClient(transport=httpx.ASGITransport(app=
 
 def test_engine_fault_gives_500_and_health_503(tiny):
     app, aeng = build_app(str(tiny('llama_tied_gqa')), served_model_name='tiny', max_batch_size=4)
-    break_forward_after(aeng.engine, 2)
+    break_forward_after(aeng.engine, 2, once_holding=3)      # all three in the engine before it fails: each must get the 500
     async def main():
         async with client_for(app) as c:
-            rs = await asyncio.wait_for(asyncio.gather(*(c.post('/v1/completions', json={'model': 'tiny', 'prompt': 'hello', 'max_tokens': 30, 'seed': i})
+            rs = await asyncio.wait_for(asyncio.gather(*(c.post('/v1/completions', json={'model': 'tiny', 'prompt': 'hello', 'max_tokens': 200, 'seed': i})
                                                          for i in range(3))), 30)
             return rs, await c.get('/health'), await c.post('/v1/completions', json={'model': 'tiny', 'prompt': 'hi'})
     try:
