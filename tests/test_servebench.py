@@ -66,7 +66,7 @@ def test_open_loop_at_two_rates(server, plan, offline, rate):
     run = run_plan(timed, server, 'tiny', 'open')
     check_report(run, plan, offline)
     lateness = [r.sent - q.arrival for r, q in zip(run.records, timed.requests)]
-    assert all(0 <= x < 0.25 for x in lateness), lateness           # sent at their arrival times, not when earlier ones finished
+    assert all(0 <= x < 0.5 for x in lateness), lateness            # sent at their arrival times (a busy loop may wake late), not when earlier ones finished
     assert LoadReport.of(run).rate == rate
 
 def test_chat_crowd_matches_offline(server, model):
