@@ -17,7 +17,7 @@ __all__ = ['METRICS', 'Regression', 'Inconclusive', 'MetricChange', 'Comparison'
            'served_model', 'bench_serve', 'save_runs', 'load_runs', 'add_serve_flags', 'add_compare_flags',
            'cmd_bench_serve', 'cmd_bench_compare']
 
-# %% ../nbs/42_servebench.ipynb #a481f94f
+# %% ../nbs/42_servebench.ipynb #ee66bbc9
 class Regression(NanoserveError):
     "B is worse than A beyond noise, on the metrics listed."
     def __init__(self, comparison: Comparison):
@@ -38,7 +38,7 @@ class MetricChange:
     a: float             # median over A's repeats
     b: float
     change: float        # B's cost / A's cost - 1 (throughput's cost is its inverse): +1.0 means twice as slow
-    threshold: float     # the change that counts: tolerance + the spread of A's repeats + that of B's
+    threshold: float     # the change that counts: tolerance + the mean spread of A's and B's repeats
     verdict: str         # 'worse', 'better' or 'same'
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def inconclusive_reasons(a: LoadRun, b: LoadRun, min_completed: int = 8, same_se
                    "compute different things, and their speeds are not comparable")
     return why
 
-# %% ../nbs/42_servebench.ipynb #3484b825
+# %% ../nbs/42_servebench.ipynb #9f7757d0
 METRICS = {'output_throughput': lambda r: 1 / r.output_throughput, 'ttft_p50': lambda r: r.ttft.p50,
            'tpot_p50': lambda r: r.tpot.p50, 'e2e_p50': lambda r: r.e2e.p50}     # costs: larger is worse (throughput as its inverse)
 
@@ -99,7 +99,7 @@ def compare(a: LoadRun | list[LoadRun], b: LoadRun | list[LoadRun], tolerance: f
         va, vb = [cost(r) for r in ra], [cost(r) for r in rb]
         if any(math.isnan(v) for v in va + vb): continue
         ma, mb = _median(va), _median(vb)
-        change, band = mb / ma - 1, tolerance + spread(va) + spread(vb)
+        change, band = mb / ma - 1, tolerance + (spread(va) + spread(vb)) / 2
         shown = (1 / ma, 1 / mb) if name == 'output_throughput' else (ma, mb)
         rows.append(MetricChange(name, *shown, change, band, 'worse' if change > band else 'better' if change < -band else 'same'))
     c = Comparison(a[0].label or 'A', b[0].label or 'B', tuple(rows))
