@@ -70,7 +70,7 @@ def test_cancelled_task_aborts_its_request(tiny):
 
 def test_engine_fault_fails_in_flight_requests_and_marks_dead(tiny):
     aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), max_batch_size=4))
-    break_forward_after(aeng.engine, 3)
+    break_forward_after(aeng.engine, 3, once_holding=6)      # all six in the engine (4 running, 2 waiting) before it fails
     async def main():
         return await asyncio.wait_for(asyncio.gather(*(final(aeng, p, params(i, 50)) for i, p in enumerate(prompts16(320)[:6])),
                                                      return_exceptions=True), timeout=30)
