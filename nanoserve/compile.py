@@ -20,4 +20,5 @@ def compile_layers(model: CausalLM, dynamic: bool = True) -> CausalLM:
         if not getattr(cls.attend, '_nanoserve_eager', False):
             cls.attend = torch.compiler.disable(cls.attend); cls.attend._nanoserve_eager = True
     for layer in model.model.layers: layer.compile(dynamic=dynamic)
+    model.compiled_layers = True      # what Engine checks against EngineConfig(compile=True) (Day 20)
     return model

@@ -11,7 +11,8 @@ from .kvcache import KVCache
 from .buckets import DecodeShape
 
 # %% auto #0
-__all__ = ['DecodeInputs', 'StaticDecodeAttention', 'decode_core', 'store_kv', 'decode_forward']
+__all__ = ['DecodeInputs', 'StaticDecodeAttention', 'decode_layers', 'decode_step', 'decode_args', 'decode_core', 'store_kv',
+           'decode_forward']
 
 # %% ../nbs/53_persist.ipynb #88aa9f2b
 class DecodeInputs:
@@ -47,15 +48,15 @@ DecodeInputs.write = _write
 
 # %% ../nbs/53_persist.ipynb #bd9fd6d2
 class StaticDecodeAttention(AttentionBackend):
-    "Decode attention at one shape over persistent buffers; it does not write the pool: new K/V are kept for `store_kv`."
-    def __init__(self, cache: KVCache, inputs: DecodeInputs, shape: DecodeShape, row_ids: torch.Tensor | None = None):
-        self.cache, self.inputs, self.shape, self.row_ids, self.new_k, self.new_v = cache, inputs, shape, row_ids, [], []
+    "Decode attention over a `[rows, width]` slot-table window; it does not write the pool: new K/V are kept for `store_kv`."
+    def __init__(self, k_pools, v_pools, table: torch.Tensor, context_lens: torch.Tensor, pad_slot: int):
+        self.k_pools, self.v_pools, self.table, self.context_lens, self.pad_slot = k_pools, v_pools, table, context_lens, pad_slot
+        self.new_k, self.new_v = [], []
     def attend(self, layer, q, k, v):
-        (R, W), x = (self.shape.rows, self.shape.width), self.inputs
-        kc, vc = self.cache.k[layer], self.cache.v[layer]
-        table = x.slot_table[:R, :W] if self.row_ids is None else self.cache.slots[self.row_ids, :W].to(q.device)
-        old = torch.arange(W, device=q.device) < (x.context_lens[:R, None] - 1)              # [R, W] the cached prefix
-        win = torch.where(old, table.to(torch.int64).clamp(min=0), self.cache.pad_slot).flatten()   # [R * W] past it: the (finite) pad slot
+        i = len(self.new_k)            # layers attend in order: the i-th call reads the i-th pool it was given (see the prose)
+        (R, W), kc, vc = self.table.shape, self.k_pools[i], self.v_pools[i]
+        old = torch.arange(W, device=q.device) < (self.context_lens[:, None] - 1)             # [R, W] the cached prefix
+        win = torch.where(old, self.table.to(torch.int64).clamp(min=0), self.pad_slot).flatten()   # [R * W] past it: the (finite) pad slot
         kvh, D = k.shape[1], k.shape[2]
         K = torch.cat([kc.index_select(0, win).view(R, W, kvh, D), k[:, None]], 1).transpose(1, 2)   # [R, kv_heads, W + 1, D]
         V = torch.cat([vc.index_select(0, win).view(R, W, kvh, D), v[:, None]], 1).transpose(1, 2)
@@ -64,12 +65,32 @@ class StaticDecodeAttention(AttentionBackend):
         self.new_k.append(k); self.new_v.append(v)
         return o.reshape(R, -1, D)
 
+def decode_layers(layers, rotary, x, positions, k_pools, v_pools, context_lens, table, pad_slot: int):
+    "A run of decoder layers at one decode step, reading pools [n, slots, kv_heads, D]: (x, new K [n, R, kv_heads, D], new V)."
+    attn = StaticDecodeAttention(k_pools, v_pools, table, context_lens, pad_slot)
+    for layer in layers: x = layer(x, positions, rotary, attn)
+    return x, torch.stack(attn.new_k), torch.stack(attn.new_v)
+
+def decode_step(model: CausalLM, k_pool, v_pool, input_ids, positions, context_lens, table, pad_slot: int,
+                layers_per_run: int | None = None, run=decode_layers):
+    "A decode step as a pure function of tensors whose sizes are its shape: ids/positions/context_lens [R], table [R, W]."
+    layers, n = list(model.model.layers), layers_per_run or model.config.num_hidden_layers
+    x, ks, vs = model.model.embed_tokens(input_ids), [], []
+    for i in range(0, len(layers), n):            # the layers in runs of n (Day 56 compiles one run and calls it for all of them)
+        x, k, v = run(layers[i:i + n], model.rotary, x, positions, k_pool[i:i + n], v_pool[i:i + n], context_lens, table, pad_slot)
+        ks.append(k); vs.append(v)
+    logits = model.compute_logits(model.model.norm(x))                      # float32 [R, vocab]
+    return logits, torch.cat(ks), torch.cat(vs)                              # new K, V: [layers, R, kv_heads, D]
+
+def decode_args(model: CausalLM, cache: KVCache, inputs: DecodeInputs, shape: DecodeShape, row_ids: torch.Tensor | None = None) -> tuple:
+    "`decode_step`'s arguments at `shape`: views of the persistent buffers (rows from 0, or the slot-table rows `row_ids`)."
+    R, W = shape.rows, shape.width
+    table = inputs.slot_table[:R, :W] if row_ids is None else cache.slots[row_ids, :W].to(model.device)
+    return model, cache.k, cache.v, inputs.input_ids[:R], inputs.positions[:R], inputs.context_lens[:R], table, cache.pad_slot
+
 def decode_core(model: CausalLM, cache: KVCache, inputs: DecodeInputs, shape: DecodeShape, row_ids: torch.Tensor | None = None):
     "The decode step at `shape`, as a pure function: (float32 logits [rows, vocab], new K [layers, rows, kv_heads, D], new V)."
-    R = shape.rows
-    attn = StaticDecodeAttention(cache, inputs, shape, row_ids)
-    logits = model.compute_logits(model(inputs.input_ids[:R], inputs.positions[:R], attn))
-    return logits, torch.stack(attn.new_k), torch.stack(attn.new_v)
+    return decode_step(*decode_args(model, cache, inputs, shape, row_ids))
 
 def store_kv(cache: KVCache, inputs: DecodeInputs, shape: DecodeShape, new_k: torch.Tensor, new_v: torch.Tensor):
     "Write a decode's new K/V through the persistent slot mapping (padded rows: the pad slot)."

@@ -7,11 +7,11 @@ from __future__ import annotations
 import torch
 from .core import dtype_name, parse_dtype
 from .config import ModelConfig
-from .buckets import DecodeShape, row_buckets, width_buckets
+from .buckets import DecodeShape, width_buckets
 from .capture import CapturedDecode, CaptureError, DEFAULT_CAPTURE_LIMIT
 
 # %% auto #0
-__all__ = ['warm_decode', 'warm_all', 'decode_bytes', 'width_bound_by', 'capture_shapes']
+__all__ = ['warm_decode', 'warm_all', 'decode_bytes', 'width_from_budget']
 
 # %% ../nbs/55_warm.ipynb #4b416970
 @torch.inference_mode()
@@ -43,20 +43,8 @@ def decode_bytes(cfg: ModelConfig, shape: DecodeShape, dtype='float32') -> int:
     mlp = 2 * R * cfg.intermediate_size * e                                      # gate and up activations
     return kv + scores + mlp + R * cfg.vocab_size * 4 + 4 * R * cfg.hidden_size * e
 
-def width_bound_by(budget_bytes: int, cfg: ModelConfig, max_rows: int, max_model_len: int, dtype='float32', reserved_bytes: int = 0) -> int | None:
+def width_from_budget(budget_bytes: int, cfg: ModelConfig, max_rows: int, max_model_len: int, dtype='float32', reserved_bytes: int = 0) -> int | None:
     "The widest width bucket whose recording at max_rows fits budget - reserved (None if none fits)."
     room = budget_bytes - reserved_bytes
     fits = [w for w in width_buckets(max_model_len) if decode_bytes(cfg, DecodeShape(max_rows, w), dtype) <= room]
     return max(fits) if fits else None
-
-def capture_shapes(cfg: ModelConfig, max_rows: int, max_model_len: int, dtype='float32', budget_bytes: int | None = None,
-                   reserved_bytes: int = 0, limit: int = DEFAULT_CAPTURE_LIMIT) -> list[DecodeShape]:
-    "Row buckets x width buckets, the widest widths dropped until the list fits the limit and the budget."
-    rows, widths = row_buckets(max_rows), width_buckets(max_model_len)
-    if budget_bytes is not None:
-        w = width_bound_by(budget_bytes, cfg, max_rows, max_model_len, dtype, reserved_bytes)
-        if w is None: raise CaptureError(f"no decode shape at {max_rows} rows fits {budget_bytes - reserved_bytes} bytes "
-                                         f"({budget_bytes} budget - {reserved_bytes} reserved): raise the budget or lower max_batch_size")
-        widths = [x for x in widths if x <= w]
-    widths = widths[:max(1, limit // len(rows))]
-    return [DecodeShape(r, w) for r in rows for w in widths]
