@@ -42,6 +42,8 @@ class EngineStats:
 class AsyncEngine:
     "Runs an `Engine` in a thread; requests are async streams of `RequestOutput`."
     def __init__(self, engine: Engine):
+        if engine.serving_thread is not None and engine.serving_thread.is_alive():
+            raise NanoserveError("this engine is already stepped by another AsyncEngine loop: shut that one down first (one engine, one loop)")
         self.engine = engine
         self._inbox: deque = deque()                      # ('add', rid, ids, params) | ('abort', rid) | ('stop',)
         self._cv = threading.Condition()
@@ -50,7 +52,7 @@ class AsyncEngine:
         self.error: BaseException | None = None
         self._stopping = False
         self._counts = dict(num_requests=0, num_finished=0, num_aborted=0, prompt_tokens=0, generation_tokens=0)
-        self._thread = threading.Thread(target=self._run, name='nanoserve-engine', daemon=True)
+        self._thread = engine.serving_thread = threading.Thread(target=self._run, name='nanoserve-engine', daemon=True)
         self._thread.start()
 
     @property

@@ -16,7 +16,7 @@ from .core import NanoserveError
 __all__ = ['MAX_PLAN_REQUESTS', 'KINDS', 'WORDS', 'RUNNING_GAUGES', 'WAITING_GAUGES', 'LoadgenError', 'ClientRequest',
            'ClientPlan', 'prompt_text', 'draw_lengths', 'poisson_arrivals', 'parse_lengths', 'make_plan',
            'RequestRecord', 'Watch', 'check_loopback', 'server_identity', 'LoadRun', 'run_plan_async', 'run_plan',
-           'free_port', 'wait_healthy', 'nanoserve_command', 'launch']
+           'free_port', 'wait_healthy', 'nanoserve_command', 'spawn_server']
 
 # %% ../nbs/40_loadgen.ipynb #3e858d9f
 class LoadgenError(NanoserveError, ValueError):
@@ -346,7 +346,7 @@ def nanoserve_command(model: str, port: int, *flags: str) -> list[str]:
     return [str(Path(sys.executable).parent/'nanoserve'), 'serve', '--model', str(model), '--host', '127.0.0.1', '--port', str(port), *flags]
 
 @contextmanager
-def launch(model: str | None = None, *flags: str, command: list[str] | None = None, port: int | None = None,
+def spawn_server(model: str | None = None, *flags: str, command: list[str] | None = None, port: int | None = None,
            cpus: str | None = None, env: dict | None = None, timeout: float = 300.0, health_path: str = '/health'):
     "Run a server (default: `nanoserve serve --model model *flags`) on loopback; yield (url, seconds to healthy)."
     port = port or free_port()

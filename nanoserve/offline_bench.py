@@ -15,7 +15,7 @@ from .sampling import SamplingParams
 
 # %% auto #0
 __all__ = ['Workload', 'make_workload', 'BenchResult', 'run_nanoserve', 'run_transformers', 'gemm_rate', 'memory_bandwidth',
-           'ceilings', 'write_csv', 'machine']
+           'ceilings', 'write_csv', 'cpu_model', 'machine']
 
 # %% ../nbs/24_offline_bench.ipynb #3daeb812
 @dataclass(frozen=True)
@@ -118,6 +118,17 @@ def write_csv(rows: list[dict], path: str | Path):
     with open(path, 'w', newline='') as f:
         wr = csv.DictWriter(f, fieldnames=keys); wr.writeheader(); wr.writerows(rows)
 
+def cpu_model() -> str:
+    "The CPU's model name and the vector extensions that decide which kernels run (from /proc/cpuinfo, where there is one)."
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in open('/proc/cpuinfo'):
+            if line.startswith('model name'): name = line.split(':', 1)[1].strip()
+            elif line.startswith('flags'): flags = set(line.split(':', 1)[1].split())
+    except OSError: pass
+    ext = [f for f in ('avx2', 'avx512f', 'avx512_vnni', 'avx512_bf16', 'amx_tile', 'amx_bf16') if f in flags]
+    return f"{name} ({' '.join(ext) or 'no AVX2'})"
+
 def machine() -> str:
-    "A line naming this machine."
-    return f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    "A line naming this machine: CPU model and extensions, cores, torch, threads."
+    return f"{cpu_model()}, {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 import httpx
 from .core import NanoserveError
-from .loadgen import ClientPlan, LoadRun, LoadgenError, make_plan, parse_lengths, run_plan, launch, check_loopback
+from .loadgen import ClientPlan, LoadRun, LoadgenError, make_plan, parse_lengths, run_plan, spawn_server, check_loopback
 from .loadreport import LoadReport, table, write_csv, plot_reports
 
 # %% auto #0
@@ -194,7 +194,7 @@ def cmd_bench_serve(args) -> int:
         plan = make_plan(args.num_requests, parse_lengths(args.input_len), parse_lengths(args.output_len), kind=args.kind,
                          seed=args.seed, temperature=args.temperature, tokenizer=tok)
     if args.save_plan: plan.save(args.save_plan)
-    server = nullcontext((args.url, 0.0)) if args.url else launch(path, *shlex.split(args.serve_args), cpus=args.cpus)
+    server = nullcontext((args.url, 0.0)) if args.url else spawn_server(path, *shlex.split(args.serve_args), cpus=args.cpus)
     t0 = time.monotonic()
     with server as (url, boot):
         if not args.url: log(f"server up at {url} in {boot:.1f} s")

@@ -11,6 +11,7 @@ from nanoserve.buckets import DecodeShape
 from nanoserve.capture import (CapturedDecode, CaptureError, CaptureLimitError, CaptureStats, make_recorder, check_all_shapes_captured,
                                check_replays_dominate, check_no_scattered_rows, ScatteredRows)
 from nanoserve.warm import warm_decode
+from nanoserve.launch import build_engine
 
 CAPTURE = dict(bucket_decode=True, persist_inputs=True, capture_decode=True)
 RECORDERS = ['host', 'compile', pytest.param('cuda_graph', marks=pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA'))]
@@ -62,18 +63,18 @@ def test_engine_with_capture_equals_eager(tiny, recorder):
     prompts = [list(range(5, 5 + n)) for n in (3, 40, 7, 150, 12, 90, 33)]
     params = [SamplingParams(max_tokens=m, ignore_eos=True, temperature=t, seed=i) for i, (m, t) in enumerate(zip((20, 60, 9, 30, 45, 12, 25), (0, 0.8) * 4))]
     want = [o.token_ids for o in Engine.build(path, max_batch_size=4, max_model_len=512).generate(prompts, params, use_tqdm=False)]
-    eng = Engine.build(path, max_batch_size=4, max_model_len=512, capture_recorder=recorder, **CAPTURE)
+    eng = build_engine(path, max_batch_size=4, max_model_len=512, capture_recorder=recorder, **CAPTURE)      # the plan is warm before the first step
     assert [o.token_ids for o in eng.generate(prompts, params, use_tqdm=False)] == want
-    s = eng.captured.stats
-    assert s.replays > 0 and s.replays + s.scattered_calls == s.decode_steps and s.captures == len(eng.captured.recorded)
+    s = eng.decode_path.stats
+    assert s.replays > 0 and s.replays + s.scattered_calls == s.decode_steps and s.captures == len(eng.decode_path.recorded) == eng.boot.plan.count
 
 def crowd_bug(path, prefix_rule):
     prompts = [list(range(5, 25)), list(range(7, 17))]
     params = [SamplingParams(max_tokens=4, ignore_eos=True, temperature=0), SamplingParams(max_tokens=40, ignore_eos=True, temperature=0)]
     want = [o.token_ids for o in Engine.build(path, max_batch_size=2, max_model_len=512).generate(prompts, params, use_tqdm=False)]
-    eng = Engine.build(path, max_batch_size=2, max_model_len=512, capture_recorder='host', **CAPTURE)
-    eng.captured.prefix_rule = prefix_rule
-    return want, [o.token_ids for o in eng.generate(prompts, params, use_tqdm=False)], eng.captured.stats
+    eng = build_engine(path, max_batch_size=2, max_model_len=512, capture_recorder='host', **CAPTURE)
+    eng.decode_path.prefix_rule = prefix_rule
+    return want, [o.token_ids for o in eng.generate(prompts, params, use_tqdm=False)], eng.decode_path.stats
 
 def test_crowd_bug_is_caught(tiny):
     "Two requests of different lengths; the short one finishes and the survivor decodes alone at row 1."
@@ -92,8 +93,8 @@ def test_persistent_inputs_keep_their_addresses(tiny):
     prompts, params = [[5, 6, 7], list(range(5, 50))], SamplingParams(max_tokens=20, ignore_eos=True)
     seen = []
     for flags in (CAPTURE, dict(bucket_decode=True)):
-        eng = Engine.build(path, max_batch_size=2, max_model_len=512, capture_recorder='host', **flags)
-        cap, addrs = eng.captured, []
+        eng = build_engine(path, max_batch_size=2, max_model_len=512, capture_recorder='host', **flags)
+        cap, addrs = eng.decode_path, []
         run = cap.run
         def spy(*a, **k): out = run(*a, **k); addrs.append(cap.inputs.addresses()); return out
         cap.run = spy
@@ -110,17 +111,18 @@ def test_two_of_three_flags_are_refused(tiny, on, missing):
         Engine.build(tiny('llama_tied_gqa'), max_batch_size=2, **{f: True for f in on})
 
 def test_limit_and_since_refusals(tiny):
-    eng = Engine.build(tiny('llama_tied_gqa'), max_batch_size=4, max_model_len=512, capture_recorder='host', capture_limit=2, **CAPTURE)
-    warm_decode(eng.captured, 1, 128); warm_decode(eng.captured, 2, 128)
+    limited = lambda model, cache: CapturedDecode(model, cache, make_recorder('host', limit=2))     # every shape listed, room for two
+    eng = Engine.build(tiny('llama_tied_gqa'), max_batch_size=4, max_model_len=512, decode_path=limited, **CAPTURE)
+    warm_decode(eng.decode_path, 1, 128); warm_decode(eng.decode_path, 2, 128)
     with pytest.raises(CaptureLimitError, match=r"recording \(4x128\) would be recording 3 of the 'host' recorder, past its limit of 2: raise capture_limit"):
-        warm_decode(eng.captured, 3, 100)
-    early = eng.captured.stats
+        warm_decode(eng.decode_path, 3, 100)
+    early = eng.decode_path.stats
     eng.generate([[5, 6, 7]] * 4, SamplingParams(max_tokens=6, ignore_eos=True), use_tqdm=False)    # (4x128) is over the limit: forward
-    late = eng.captured.stats
+    late = eng.decode_path.stats
     assert dict(late.since(early).fallbacks) == {'over_limit': 5} and late.since(early).replays == 0
     with pytest.raises(CaptureError, match='the window ran backwards .* restarted process or are swapped'): early.since(late)
     with pytest.raises(ConfigError, match="unknown capture_recorder 'graph'"):
-        Engine.build(tiny('llama_tied_gqa'), max_batch_size=2, capture_recorder='graph', **CAPTURE)
+        build_engine(tiny('llama_tied_gqa'), max_batch_size=2, capture_recorder='graph', **CAPTURE)
 
 def test_capture_alone_is_refused(tiny):
     with pytest.raises(ConfigError, match='capture_decode without bucket_decode and persist_inputs: .* add bucket_decode=True and persist_inputs=True'):

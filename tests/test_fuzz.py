@@ -1,7 +1,7 @@
 "Fuzzing: schemathesis generates requests from the server's own OpenAPI schema; no response may be a 500, none may hang."
 import pytest, schemathesis
 from hypothesis import settings, HealthCheck
-from nanoserve.serve import build_app
+from nanoserve.launch import build_app
 from conftest import make_tiny
 
 _state = {}

@@ -6,7 +6,7 @@ import pytest
 from nanoserve.engine import Engine
 from nanoserve.sampling import SamplingParams
 from nanoserve.tokenizer import Tokenizer
-from nanoserve.loadgen import ClientPlan, LoadRun, RequestRecord, Watch, launch, make_plan, run_plan, server_identity
+from nanoserve.loadgen import ClientPlan, LoadRun, RequestRecord, Watch, spawn_server, make_plan, run_plan, server_identity
 from nanoserve.loadreport import LoadReport, read_concurrency
 from nanoserve.servebench import Inconclusive, Regression, bench_serve, compare, load_runs, served_model
 
@@ -25,7 +25,7 @@ def model(tiny, tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def server(model):
-    with launch(model, '--max-batch-size', '16', '--served-model-name', 'tiny') as (url, _): yield url
+    with spawn_server(model, '--max-batch-size', '16', '--served-model-name', 'tiny') as (url, _): yield url
 
 @pytest.fixture(scope='module')
 def plan(model):
@@ -140,7 +140,7 @@ def test_refusals(same_server_runs, model):
         compare(a[0], replace(b[0], server_before='0123', server_after='0123'), same_server=True)
     failed = replace(b[0], records=[replace(r, error='HTTP 500: boom') if r.index == 0 else r for r in b[0].records])
     with pytest.raises(Inconclusive, match='B has 1 failed requests'): compare(a[0], failed)
-    with launch(model, '--max-batch-size', '1') as (url, _):
+    with spawn_server(model, '--max-batch-size', '1') as (url, _):
         serial = run_plan(plan, url, served_model(url), 'crowd', watch_interval=0.05)
     assert read_concurrency(serial.records, serial.watch).verdict == 'serialised'
     with pytest.raises(Inconclusive, match='B asked for a crowd but it was never crowded: serialised') as e: compare(a[0], serial)
@@ -150,7 +150,7 @@ def test_a_restart_changes_the_identity(model, server):
     import asyncio, httpx
     async def ident(url):
         async with httpx.AsyncClient(base_url=url) as c: return await server_identity(c)
-    with launch(model) as (other, _): assert asyncio.run(ident(other)) != asyncio.run(ident(server)) is not None
+    with spawn_server(model) as (other, _): assert asyncio.run(ident(other)) != asyncio.run(ident(server)) is not None
 
 def test_cli_bench_serve_and_compare(model, tmp_path):
     out = tmp_path/'out'

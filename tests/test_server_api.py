@@ -1,7 +1,7 @@
 "API details over the in-process app (httpx ASGI transport): n > 1, logprobs, stop strings, chat streaming shape."
 import asyncio, json
 import httpx, pytest
-from nanoserve.serve import build_app
+from nanoserve.launch import build_app
 from nanoserve.engine import Engine
 from nanoserve.sampling import SamplingParams
 

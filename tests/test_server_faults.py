@@ -1,7 +1,7 @@
 "Server behaviour that needs the engine broken or full: the in-process app over httpx's ASGI transport (the real HTTP stack, no socket)."
 import asyncio, json
 import httpx, pytest
-from nanoserve.serve import build_app
+from nanoserve.launch import build_app
 from conftest import break_forward_after
 
 def client_for(app): return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url='http://test', timeout=30)

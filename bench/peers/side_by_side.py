@@ -11,7 +11,7 @@ minutes to start and lives in its own venv (bench/peers/install_vllm.sh).
 """
 import argparse, os, sys, time
 from pathlib import Path
-from nanoserve.loadgen import make_plan, launch, free_port, nanoserve_command, parse_lengths
+from nanoserve.loadgen import make_plan, spawn_server, free_port, nanoserve_command, parse_lengths
 from nanoserve.loadreport import LoadReport, table, write_csv, plot_reports
 from nanoserve.servebench import bench_serve, save_runs
 from nanoserve.pull import resolve_model
@@ -58,7 +58,7 @@ def main():
         port = free_port()
         t0 = time.monotonic()
         print(f"[{server}] starting on cpus {args.server_cpus}", file=sys.stderr, flush=True)
-        with launch(command=command(port), port=port, cpus=args.server_cpus, env=env, timeout=args.boot_timeout) as (url, boot):
+        with spawn_server(command=command(port), port=port, cpus=args.server_cpus, env=env, timeout=args.boot_timeout) as (url, boot):
             boots[server] = boot
             print(f"[{server}] healthy after {boot:.0f} s", file=sys.stderr, flush=True)
             runs[server] = bench_serve(url, name, plan, rates, label=server, seed=args.seed, log=lambda m: print(m, file=sys.stderr, flush=True))
