@@ -3,7 +3,8 @@
 
     python bench/decode_capture.py [--model DIR] [--rows 1,8,32] [--context 128] [--steps 20] [--paths compile,compile_static,compile_layers]
 
-Each compiled path runs in a fresh process of its own, beside the eager step measured again in that same process, on one K/V pool:
+Each compiled path runs in a fresh process of its own, beside the eager step measured again in that same process, on one K/V pool,
+the two timed alternately step by step:
 compiled code left behind by one path (and the allocator state it leaves) must not slow the next, and each speed-up is a ratio
 measured side by side. Run it with a fresh TORCHINDUCTOR_CACHE_DIR to see cold compile times. Writes bench/results/decode_capture_56.csv (Day 49's run, one process for all paths, is bench/results/decode_capture.csv).
 """
@@ -22,13 +23,14 @@ from nanoserve.compile import compile_layers
 from nanoserve.engine import keep_freed_memory
 from nanoserve.offline_bench import machine
 
-def timed(fn, steps):
-    for _ in range(3): fn()
-    ts = []
+def timed_pair(a, b, steps):
+    "Time a and b alternately, step by step, so drift in the machine's speed reaches both alike: ((p50, p90) of a, (p50, p90) of b) in ms."
+    for _ in range(3): a(); b()
+    ta, tb = [], []
     for _ in range(steps):
-        t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
-    ts.sort()
-    return 1e3 * statistics.median(ts), 1e3 * ts[int(0.9 * (len(ts) - 1))]
+        for fn, ts in ((a, ta), (b, tb)):
+            t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
+    return tuple((1e3 * statistics.median(ts), 1e3 * sorted(ts)[int(0.9 * (len(ts) - 1))]) for ts in (ta, tb))
 
 def one_path(path_name, model_dir, rows_list, ctx, steps) -> list[dict]:
     "Eager and one compiled path, in this process, side by side on one pool."
@@ -52,7 +54,7 @@ def one_path(path_name, model_dir, rows_list, ctx, steps) -> list[dict]:
     for n in rows_list:
         t0 = time.perf_counter(); step(n); first = time.perf_counter() - t0
         assert torch.equal(eager_step(model, n).argmax(-1), step(n).argmax(-1)), f'{path_name} disagrees with eager at {n} rows'
-        e, f = timed(lambda: eager_step(model, n), steps), timed(lambda: step(n), steps)
+        e, f = timed_pair(lambda: eager_step(model, n), lambda: step(n), steps)
         out.append(dict(rows=n, path=path_name, eager_ms=e, ms=f, first_call_s=first))
         print(out[-1], file=sys.stderr, flush=True)
     return out
@@ -60,7 +62,7 @@ def one_path(path_name, model_dir, rows_list, ctx, steps) -> list[dict]:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--model', default=None); p.add_argument('--rows', default='1,8,32')
-    p.add_argument('--context', type=int, default=128); p.add_argument('--steps', type=int, default=20)
+    p.add_argument('--context', type=int, default=128); p.add_argument('--steps', type=int, default=30)
     p.add_argument('--paths', default='compile,compile_static,compile_layers')
     p.add_argument('--csv', default='bench/results/decode_capture_56.csv')
     p.add_argument('--one', default=None, help=argparse.SUPPRESS)          # internal: run one path here, print JSON

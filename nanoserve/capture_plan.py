@@ -14,8 +14,8 @@ from .capture import CaptureError, DEFAULT_CAPTURE_LIMIT, make_recorder
 from .warm import decode_bytes, width_from_budget
 
 # %% auto #0
-__all__ = ['CEILINGS', 'SMOLLM2_135M', 'DEPLOYMENTS', 'CaptureTooSmall', 'CapturePlan', 'snap_width', 'width_from_limit',
-           'plan_capture', 'bootbench', 'render_bootbench', 'write_bootbench', 'cmd_bench_boot']
+__all__ = ['CEILINGS', 'SMOLLM2_135M', 'DEPLOYMENTS', 'CaptureTooSmall', 'CapturePlan', 'snap_width', 'snap_or_refuse',
+           'width_from_limit', 'plan_capture', 'bootbench', 'render_bootbench', 'write_bootbench', 'cmd_bench_boot']
 
 # %% ../nbs/56_capture_plan.ipynb #e83fb7c8
 class CaptureTooSmall(CaptureError):
@@ -29,13 +29,14 @@ class CapturePlan:
     shapes: tuple[DecodeShape, ...]     # kept row buckets x width buckets up to max_width, rows-major
     max_rows: int                       # the largest row bucket kept
     max_width: int                      # the widest width bucket kept: the ceiling
-    width_bound_by: str                 # the ceiling that set max_width, one of CEILINGS ('max_model_len': nothing was trimmed)
+    width_bound_by: str                 # the ceiling that set max_width, one of CEILINGS ('max_model_len': the width axis was not cut)
     full_count: int                     # row buckets x width buckets of the whole deployment, before any ceiling
     budget_bytes: int | None            # bytes the arena may use (free memory - reserved), None when not asked
     limit: int                          # recordings at most
     ceilings: tuple = ()                # ((ceiling, its width snapped to a bucket, or None when not set), ...) in CEILINGS order
     model: ModelConfig | None = field(default=None, repr=False, compare=False)   # for the arena estimate
     dtype: str = 'float32'
+    rows_bound_by: str = 'max_batch_size'   # what set max_rows: 'max_batch_size', or 'warm_rows' when --warm-rows cut the row axis
 
     @property
     def count(self) -> int: return len(self.shapes)
@@ -50,21 +51,28 @@ class CapturePlan:
     def as_dict(self) -> dict:
         return {'count': self.count, 'full_count': self.full_count, 'trimmed': self.trimmed, 'max_rows': self.max_rows,
                 'max_width': self.max_width, 'width_bound_by': self.width_bound_by, 'limit': self.limit, 'budget_bytes': self.budget_bytes,
-                'pool_bytes': self.pool_bytes, 'ceilings': dict(self.ceilings),
+                'pool_bytes': self.pool_bytes, 'ceilings': dict(self.ceilings), 'rows_bound_by': self.rows_bound_by,
                 'row_buckets': sorted({s.rows for s in self.shapes}), 'widths': sorted({s.width for s in self.shapes})}
     def describe(self) -> str:
         rows, widths = sorted({s.rows for s in self.shapes}), sorted({s.width for s in self.shapes})
         others = ', '.join(f"{k} {v}" for k, v in self.ceilings if v is not None and k != self.width_bound_by)
         arena = f", arena ~{human_bytes(self.pool_bytes)}" if self.pool_bytes is not None else ''
+        rows_cut = '; rows cut by warm_rows' if self.rows_bound_by == 'warm_rows' else ''
         return (f"capture plan: {self.count} of {self.full_count} shapes ({len(rows)} row buckets up to {self.max_rows} x "
                 f"{len(widths)} widths up to {self.max_width}){arena}; width bound by {self.width_bound_by}"
-                f"{f' ({others})' if others else ''}")
+                f"{f' ({others})' if others else ''}{rows_cut}")
 
 # %% ../nbs/56_capture_plan.ipynb #cb1a2249
 def snap_width(width: int, widths: list[int]) -> int | None:
     "The widest width bucket at or below `width` (None if `width` is below the narrowest)."
     fits = [w for w in widths if w <= width]
     return max(fits) if fits else None
+
+def snap_or_refuse(warm_width: int, widths: list[int]) -> int:
+    "`--warm-width` snapped to a bucket, or CaptureTooSmall when it is below the narrowest."
+    if (w := snap_width(warm_width, widths)) is None:
+        raise CaptureTooSmall(f"--warm-width {warm_width} is below the narrowest width bucket ({widths[0]} tokens): raise it to {widths[0]} or more")
+    return w
 
 def width_from_limit(limit: int, rows: list[int]) -> int:
     "The widest width a list of `limit` recordings reaches when every width keeps all `rows` buckets."
@@ -82,10 +90,8 @@ def plan_capture(cfg: ModelConfig, max_batch_size: int, max_model_len: int, limi
     rows = [r for r in all_rows if warm_rows is None or r <= warm_rows]
     cand = dict.fromkeys(CEILINGS)
     cand['max_model_len'] = widths[-1]
-    if warm_width is not None: cand['warm_width'] = snap_width(warm_width, widths)
+    if warm_width is not None: cand['warm_width'] = snap_or_refuse(warm_width, widths)
     if budget_bytes is not None: cand['budget'] = width_from_budget(budget_bytes, cfg, rows[-1], max_model_len, dtype, reserved_bytes)
-    if warm_width is not None and cand['warm_width'] is None:
-        raise CaptureTooSmall(f"--warm-width {warm_width} is below the narrowest width bucket ({widths[0]} tokens): raise it to {widths[0]} or more")
     if budget_bytes is not None and cand['budget'] is None:
         need = decode_bytes(cfg, DecodeShape(rows[-1], widths[0]), dtype)
         raise CaptureTooSmall(f"the capture budget of {human_bytes(budget_bytes - reserved_bytes)} ({human_bytes(budget_bytes)} free - "
@@ -96,7 +102,7 @@ def plan_capture(cfg: ModelConfig, max_batch_size: int, max_model_len: int, limi
     bound = next(k for k in CEILINGS if cand[k] == width)          # a tie with the served context binds nothing
     return CapturePlan(tuple(DecodeShape(r, w) for r in rows for w in widths if w <= width), rows[-1], width, bound,
                        len(all_rows) * len(widths), None if budget_bytes is None else budget_bytes - reserved_bytes, limit,
-                       tuple(cand.items()), cfg, dtype)
+                       tuple(cand.items()), cfg, dtype, 'warm_rows' if len(rows) < len(all_rows) else 'max_batch_size')
 
 # %% ../nbs/56_capture_plan.ipynb #be44c966
 SMOLLM2_135M = ModelConfig('LlamaForCausalLM', vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -109,6 +115,9 @@ DEPLOYMENTS = ((8, 2048), (8, 4096), (16, 2048), (16, 8192), (32, 4096), (64, 81
 def bootbench(deployments=DEPLOYMENTS, limit: int = DEFAULT_CAPTURE_LIMIT, price_s: float = 0.05, eager_penalty_s: float = 0.003,
               cfg: ModelConfig = SMOLLM2_135M, dtype='float32') -> list[dict]:
     "One row per (slots, context): the plan under `limit`, its start-up on the pricing `host` recorder, and the lone long request's bill."
+    if too_small := [s for s, _ in deployments if len(row_buckets(s)) > limit]:
+        raise CaptureTooSmall(f"--limit {limit} is below the {len(row_buckets(max(too_small)))} row buckets of the {max(too_small)}-slot deployment: "
+                              f"a plan keeps every row bucket at each width; raise --limit to {len(row_buckets(max(too_small)))} or more")
     out = []
     for slots, ctx in deployments:
         plan = plan_capture(cfg, slots, ctx, limit, dtype=dtype)

@@ -64,17 +64,22 @@ class EngineConfig:
         for name in ('num_kv_blocks', 'warm_rows', 'warm_width'):
             if getattr(self, name) is not None and (not isinstance(getattr(self, name), int) or getattr(self, name) < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, got {getattr(self, name)!r}")
+        if self.kv_cache_gb is not None and not self.kv_cache_gb > 0: raise ConfigError(f"kv_cache_gb (--kv-cache-gb) must be positive, got {self.kv_cache_gb}")
         flags = {f: getattr(self, f) for f in ('bucket_decode', 'persist_inputs', 'capture_decode')}
         if sum(flags.values()) == 2 or (self.capture_decode and not all(flags.values())):
             missing = ' and '.join(f for f, on in flags.items() if not on)
             raise ConfigError(f"{' and '.join(f for f, on in flags.items() if on)} without {missing}: a recorded decode is only right over "
-                              f"bucketed shapes and persistent inputs together; add {missing.replace(' and ', '=True and ')}=True or drop the others")
+                              f"bucketed shapes and persistent inputs together; add {missing.replace(' and ', '=True and ')}=True or drop the others "
+                              f"(on the command line, --cuda-graphs sets all three)")
         if self.batch_invariant and any(flags.values()):
-            raise ConfigError("batch_invariant cannot be combined with bucket_decode/persist_inputs/capture_decode: the invariant path pads "
-                              "and attends its own way; choose one")
+            raise ConfigError(f"batch_invariant (--batch-invariant) cannot be combined with {'/'.join(f for f, on in flags.items() if on)} "
+                              "(--cuda-graphs): the invariant path pads and attends its own way; choose one")
         if (self.warm_rows or self.warm_width) and not self.capture_decode:
             raise ConfigError("warm_rows and warm_width bound the capture plan, and capture is off: add --cuda-graphs (capture_decode with "
                               "bucket_decode and persist_inputs), or drop them")
+        if (self.capture_recorder is not None or not self.warm) and not self.capture_decode:
+            raise ConfigError("capture_recorder and warm=False (--capture-recorder, --no-warm) say how the decode is recorded, and capture is off: "
+                              "add --cuda-graphs (capture_decode with bucket_decode and persist_inputs), or drop them")
 
     @property
     def capture_flags(self) -> tuple[str, ...]:
@@ -161,6 +166,9 @@ class Engine:
               decode_path=None, **kw) -> Engine:
         "The eager engine for a model directory (or a loaded model and its tokenizer); `kw` overrides `config` fields."
         config = replace(config or EngineConfig(), **kw)
+        if config.capture_flags and decode_path is None or config.compile and not isinstance(model, CausalLM):   # refused before loading
+            raise ConfigError(f"{' and '.join(config.capture_flags + ('compile',) * config.compile)}: Engine.build assembles the eager engine "
+                              "only; nanoserve.launch.build_engine (Day 56) compiles the layers and builds the decode path")
         model, tokenizer, stop = load_parts(model, tokenizer, config)
         cache = make_cache(model, config)
         return cls.assemble(model, tokenizer, cache, config, stop, decode_path and decode_path(model, cache))

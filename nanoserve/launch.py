@@ -17,12 +17,13 @@ from .compile import compile_layers
 from .buckets import row_buckets, width_buckets
 from .capture import CapturedDecode, CaptureError, RECORDERS, make_recorder, check_all_shapes_captured
 from .warm import warm_all
-from .capture_plan import CapturePlan, plan_capture
+from .capture_plan import CapturePlan, plan_capture, width_from_limit, snap_or_refuse
 
 # %% auto #0
-__all__ = ['BootUnsound', 'Boot', 'add_engine_flags', 'config_from_args', 'free_bytes', 'pool_reserved_bytes', 'resident_bytes',
-           'pool_residency', 'recorder_for', 'build_engine', 'check_warm_before_serving', 'check_capture_matches_cache',
-           'check_capture_limit', 'warm_engine', 'boot_info', 'check_boot_info', 'boot_lines', 'build_app', 'serve']
+__all__ = ['BootUnsound', 'Boot', 'add_engine_flags', 'recorder_for', 'check_capture_settings', 'config_from_args', 'free_bytes',
+           'pool_reserved_bytes', 'resident_bytes', 'pool_residency', 'build_engine', 'check_warm_before_serving',
+           'check_capture_matches_cache', 'check_capture_limit', 'warm_engine', 'boot_info', 'check_boot_info',
+           'boot_lines', 'build_app', 'serve']
 
 # %% ../nbs/56_launch.ipynb #8bd871b1
 class BootUnsound(CaptureError):
@@ -52,11 +53,28 @@ def add_engine_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()):
     p.add_argument('--cuda-graphs', action='store_true', help='record the decode step once per shape at boot and replay it: bucket_decode, '
                    'persist_inputs and capture_decode together, with the recorder of the device (cuda_graph on CUDA, compile on CPU)')
 
+def recorder_for(config: EngineConfig) -> str:
+    "The recorder a config asks for: its own, or the device's (`cuda_graph` on CUDA, `compile` on CPU)."
+    name = config.capture_recorder or ('cuda_graph' if torch.device(config.device).type == 'cuda' else 'compile')
+    if name not in RECORDERS: raise ConfigError(f"unknown capture_recorder {name!r} (--capture-recorder); choose one of {sorted(RECORDERS)}")
+    if name == 'cuda_graph' and torch.device(config.device).type != 'cuda':
+        raise ConfigError(f"capture_recorder='cuda_graph' records CUDA graphs, and the model is on {config.device}: use --device cuda, or "
+                          "the compile recorder on CPU")
+    return name
+
+def check_capture_settings(config: EngineConfig) -> EngineConfig:
+    "Refuse, before anything loads, the capture settings that need no model to be judged wrong: the recorder, and a limit below the rows."
+    if config.capture_decode:
+        recorder_for(config)
+        width_from_limit(config.capture_limit, [r for r in row_buckets(config.max_batch_size) if config.warm_rows is None or r <= config.warm_rows])
+        if config.warm_width is not None and config.max_model_len is not None: snap_or_refuse(config.warm_width, width_buckets(config.max_model_len))
+    return config
+
 def config_from_args(args, **overrides) -> EngineConfig:
-    "The `EngineConfig` a command line asks for, validated before anything loads."
+    "The `EngineConfig` a command line asks for, validated (`check_capture_settings` included) before anything loads."
     kw = {f.name: getattr(args, f.name) for f in fields(EngineConfig) if hasattr(args, f.name)}
     if getattr(args, 'cuda_graphs', False): kw.update(bucket_decode=True, persist_inputs=True, capture_decode=True)
-    return EngineConfig(**{**kw, **overrides})
+    return check_capture_settings(EngineConfig(**{**kw, **overrides}))
 
 # %% ../nbs/56_launch.ipynb #5941689a
 def free_bytes(device) -> int:
@@ -86,16 +104,10 @@ def pool_residency(num_blocks: int = 364) -> dict:
     return {'kv_bytes': plan.kv_bytes, 'rss_allocated': r1 - r0, 'rss_written': r2 - r0, 'free_drop_allocated': a0 - a1, 'free_drop_written': a0 - a2}
 
 # %% ../nbs/56_launch.ipynb #0a71934b
-def recorder_for(config: EngineConfig) -> str:
-    "The recorder a config asks for: its own, or the device's (`cuda_graph` on CUDA, `compile` on CPU)."
-    name = config.capture_recorder or ('cuda_graph' if torch.device(config.device).type == 'cuda' else 'compile')
-    if name not in RECORDERS: raise ConfigError(f"unknown capture_recorder {name!r}; choose one of {sorted(RECORDERS)}")
-    return name
-
 def build_engine(model, config: EngineConfig | None = None, tokenizer=None, **kw) -> Engine:
     "An engine for a model directory (or loaded model) from an EngineConfig: load, plan the KV pool, plan the capture, decode path, warm."
-    config = replace(config or EngineConfig(), **kw)
-    recorder, boot, t = recorder_for(config) if config.capture_flags else None, Boot(), [time.perf_counter()]
+    config = check_capture_settings(replace(config or EngineConfig(), **kw))     # refused here, before anything loads
+    recorder, boot, t = recorder_for(config) if config.capture_decode else None, Boot(), [time.perf_counter()]
     def lap(stage): now = time.perf_counter(); boot.seconds[stage] = round(now - t[0], 3); t[0] = now
     model, tokenizer, stop = load_parts(model, tokenizer, config)
     if config.compile: compile_layers(model)
@@ -109,8 +121,8 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, **kw
             boot.plan = plan_capture(model.config, config.max_batch_size, cache.max_model_len, config.capture_limit, config.warm_width,
                                      config.warm_rows, boot.probes['capture'], boot.reserved_bytes, config.dtype)
             check_capture_matches_cache(boot.plan, cache)
-        boot.recorder = recorder
-        decode_path = CapturedDecode(model, cache, make_recorder(recorder, limit=config.capture_limit), boot.plan.shapes if boot.plan else None,
+        boot.recorder = recorder                                      # None with capture off: that decode path records nothing
+        decode_path = CapturedDecode(model, cache, recorder and make_recorder(recorder, limit=config.capture_limit), boot.plan.shapes if boot.plan else None,
                                      bucket=config.bucket_decode, persist=config.persist_inputs, capture=config.capture_decode)
         lap('capture_plan')
     engine = Engine.assemble(model, tokenizer, cache, config, stop, decode_path)
@@ -142,7 +154,12 @@ def check_capture_limit(plan: CapturePlan, captured: CapturedDecode):
 
 def warm_engine(engine: Engine, plan: CapturePlan | None = None) -> float:
     "Record the plan's shapes, largest first, behind the gates; return the seconds it took."
-    plan = plan or engine.boot.plan
+    built = engine.boot.plan if engine.boot else None
+    if built is None: raise BootUnsound("this engine has no capture plan to warm: build it with build_engine and --cuda-graphs (capture_decode)")
+    if plan is not None and plan != built:
+        raise BootUnsound(f"warm_engine warms the plan the engine was built with ({built.count} shapes up to {built.max_width}); this one "
+                          f"({plan.count} up to {plan.max_width}) is not what /health would publish: rebuild the engine with its settings")
+    plan = built
     check_warm_before_serving(engine)
     check_capture_matches_cache(plan, engine.cache); check_capture_limit(plan, engine.decode_path)
     t0 = time.perf_counter()

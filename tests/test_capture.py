@@ -57,16 +57,18 @@ def test_replay_equals_eager_per_shape(setup, recorder):
     assert (s.captures, s.replays, s.decode_steps, s.scattered_calls) == (len(CASES), len(CASES), len(CASES), 0)
     check_all_shapes_captured(cap); check_replays_dominate(cap, 1.0)
 
-@pytest.mark.parametrize('recorder', ['host', 'compile'])
-def test_engine_with_capture_equals_eager(tiny, recorder):
+@pytest.mark.parametrize('recorder,warm', [('host', True), ('compile', True), ('compile', False)])
+def test_engine_with_capture_equals_eager(tiny, recorder, warm):
+    "Warmed at boot, or (warm=False) each shape recorded on the first step that meets it."
     path = tiny('llama_tied_gqa')
     prompts = [list(range(5, 5 + n)) for n in (3, 40, 7, 150, 12, 90, 33)]
     params = [SamplingParams(max_tokens=m, ignore_eos=True, temperature=t, seed=i) for i, (m, t) in enumerate(zip((20, 60, 9, 30, 45, 12, 25), (0, 0.8) * 4))]
     want = [o.token_ids for o in Engine.build(path, max_batch_size=4, max_model_len=512).generate(prompts, params, use_tqdm=False)]
-    eng = build_engine(path, max_batch_size=4, max_model_len=512, capture_recorder=recorder, **CAPTURE)      # the plan is warm before the first step
+    eng = build_engine(path, max_batch_size=4, max_model_len=512, capture_recorder=recorder, warm=warm, device='cpu', **CAPTURE)
     assert [o.token_ids for o in eng.generate(prompts, params, use_tqdm=False)] == want
     s = eng.decode_path.stats
-    assert s.replays > 0 and s.replays + s.scattered_calls == s.decode_steps and s.captures == len(eng.decode_path.recorded) == eng.boot.plan.count
+    assert s.replays > 0 and s.replays + s.scattered_calls == s.decode_steps and s.captures == len(eng.decode_path.recorded)
+    assert s.captures == eng.boot.plan.count if warm else 0 < s.captures < eng.boot.plan.count
 
 def crowd_bug(path, prefix_rule):
     prompts = [list(range(5, 25)), list(range(7, 17))]
@@ -93,7 +95,7 @@ def test_persistent_inputs_keep_their_addresses(tiny):
     prompts, params = [[5, 6, 7], list(range(5, 50))], SamplingParams(max_tokens=20, ignore_eos=True)
     seen = []
     for flags in (CAPTURE, dict(bucket_decode=True)):
-        eng = build_engine(path, max_batch_size=2, max_model_len=512, capture_recorder='host', **flags)
+        eng = build_engine(path, max_batch_size=2, max_model_len=512, **({'capture_recorder': 'host'} if 'capture_decode' in flags else {}), **flags)
         cap, addrs = eng.decode_path, []
         run = cap.run
         def spy(*a, **k): out = run(*a, **k); addrs.append(cap.inputs.addresses()); return out

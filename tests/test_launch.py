@@ -51,11 +51,11 @@ def test_cuda_graphs_server_warms_before_healthy_and_matches_eager(tiny):
 def test_compile_recorder_server_matches_eager(peaky):
     "The CPU default recorder (`compile`, chosen by device): one dynamic trace, recorded per shape on top, warmed before serving."
     prompts = ['hello world', 'the capital of France is', 'abc xyz']
-    with spawn_server(peaky, '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--cuda-graphs') as (url, _):
+    with spawn_server(peaky, '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu', '--cuda-graphs') as (url, _):
         cg = httpx.get(url + '/health').json()['cuda_graphs']
         assert (cg['recorder'], cg['warm'], cg['count'], cg['recorded']) == ('compile', True, 4, 4)
         got = completions(url, prompts, max_tokens=20, temperature=0, n=2)
-    with spawn_server(peaky, '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny') as (url, _):
+    with spawn_server(peaky, '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu') as (url, _):
         assert completions(url, prompts, max_tokens=20, temperature=0, n=2) == got
 
 @contextlib.contextmanager
@@ -93,10 +93,11 @@ def test_each_ceiling_through_build_engine(long_tiny, flags, bound, width):
     assert f'width bound by {bound}' in '\n'.join(boot_lines(eng, 'tiny'))
     check_boot_info(boot_info(eng, 'tiny'), eng)
 
-def test_budget_ceiling_and_refusals(long_tiny):
+def test_refusals_come_before_the_model_loads_and_a_lying_payload_is_refused(long_tiny):
+    "The budget binding is checked on plan_capture in 56_capture_plan (a boot here always has gigabytes free)."
     capt = dict(capture_recorder='host', bucket_decode=True, persist_inputs=True, capture_decode=True, warm=False)
     with pytest.raises(CaptureTooSmall, match='capture_limit=3 is below the 5 row buckets'):
-        build_engine(long_tiny, max_batch_size=16, max_model_len=2048, capture_limit=3, **capt)
+        build_engine('/no/such/model', max_batch_size=16, max_model_len=2048, capture_limit=3, **capt)        # refused before the path is read
     eng = build_engine(long_tiny, max_batch_size=16, max_model_len=2048, **capt)
     info = boot_info(eng, 'tiny'); info['cuda_graphs']['warm'] = True
     with pytest.raises(BootUnsound, match='the payload says the capture is warm, and 60 of 60 planned shapes are cold'): check_boot_info(info, eng)
@@ -109,7 +110,7 @@ def test_bench_boot_prints_both_tables_and_writes_csv(tmp_path):
         ('8', '2048', '64', '2048'), ('8', '4096', '64', '2048'), ('16', '2048', '60', '1536'), ('16', '8192', '60', '1536'),
         ('32', '4096', '60', '1280'), ('64', '8192', '63', '1152'), ('256', '8192', '63', '896')]
     small = subprocess.run([NANOSERVE, 'bench', 'boot', '--limit', '5', '--csv', str(tmp_path/'x.csv')], capture_output=True, text=True)
-    assert small.returncode == 2 and 'capture_limit=5 is below the 6 row buckets' in small.stderr     # 16 slots: 5 buckets fit, 32 do not
+    assert small.returncode == 2 and '--limit 5 is below the 9 row buckets of the 256-slot deployment: ' in small.stderr
 
 def test_generate_and_bench_offline_build_through_launch(tiny, tmp_path):
     "Engine.build refuses the capture flags; these commands take them, so they assemble through launch.build_engine."

@@ -1,0 +1,62 @@
+#!/usr/bin/env python
+"""A served decode step runs on the AsyncEngine's thread, not the main one: does that change its speed? Eager and `--cuda-graphs` engines of
+the default model, the same 32-token prompt generating 32 tokens, alternately, on the main thread and on a second thread.
+
+    python bench/thread_step.py [--model DIR] [--rounds 6] [--csv bench/results/thread_step.csv]
+
+Both engines are built on the main thread (as `build_app` builds them); the capture plan is warmed for one row (`--warm-rows 1`), the
+only bucket a lone request uses. Reports the median decode step (ms) per engine and thread, and a profile of where the replayed step's
+time goes on each thread (Inductor's own kernels against the GEMMs it calls out to).
+"""
+import argparse, csv, statistics, sys, threading, time
+from pathlib import Path
+from torch.profiler import profile, ProfilerActivity
+from nanoserve.pull import resolve_model
+from nanoserve.launch import build_engine
+from nanoserve.sampling import SamplingParams
+from nanoserve.offline_bench import machine
+
+def decode_steps(eng, prompt, n=33) -> list[float]:
+    eng.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
+    ts = []
+    while eng.has_unfinished():
+        t = time.perf_counter(); eng.step(); ts.append(time.perf_counter() - t)
+    return ts[1:]                                     # the first step is the prefill
+
+def profile_ms(eng, prompt) -> dict:
+    "Self CPU ms of Inductor's compiled graphs and of aten::mm/addmm over one 16-token generation."
+    with profile(activities=[ProfilerActivity.CPU]) as p: decode_steps(eng, prompt, 17)
+    out = {'inductor_kernels_ms': 0.0, 'gemm_ms': 0.0}
+    for e in p.key_averages():
+        if e.key.startswith('## Call CompiledFxGraph'): out['inductor_kernels_ms'] += e.self_cpu_time_total / 1e3
+        elif e.key in ('aten::mm', 'aten::addmm'): out['gemm_ms'] += e.self_cpu_time_total / 1e3
+    return out
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--model', default=None); p.add_argument('--rounds', type=int, default=6)
+    p.add_argument('--csv', default='bench/results/thread_step.csv')
+    args = p.parse_args()
+    path = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr))
+    engines = {'eager': build_engine(path), 'capture': build_engine(path, bucket_decode=True, persist_inputs=True, capture_decode=True, warm_rows=1)}
+    prompt, rows = list(range(100, 132)), []
+    def run(where):
+        steps = {k: [] for k in engines}
+        for _ in range(args.rounds):
+            for name, eng in engines.items(): steps[name] += decode_steps(eng, prompt)
+        prof = profile_ms(engines['capture'], prompt)
+        for name, ts in steps.items():
+            rows.append({'thread': where, 'engine': name, 'step_ms_p50': round(1e3 * statistics.median(ts), 2), 'steps': len(ts),
+                         **(prof if name == 'capture' else {'inductor_kernels_ms': '', 'gemm_ms': ''}), 'machine': machine()})
+    th = threading.Thread(target=run, args=('second thread',)); th.start(); th.join()
+    run('main thread')
+    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.csv, 'w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
+    print(f"machine: {machine()}")
+    print(f"{'thread':<15}{'engine':<9}{'step ms p50':>12}{'inductor ms':>13}{'gemm ms':>9}")
+    for r in rows: print(f"{r['thread']:<15}{r['engine']:<9}{r['step_ms_p50']:>12.1f}{str(r['inductor_kernels_ms'] and round(r['inductor_kernels_ms'])):>13}{str(r['gemm_ms'] and round(r['gemm_ms'])):>9}")
+    print(f"wrote {args.csv}")
+
+if __name__ == '__main__':
+    main()
