@@ -84,8 +84,11 @@ def read_concurrency(records: list[RequestRecord], watch: Watch) -> ConcurrencyR
         return (out('batched', f'no server count; {streaming} streams overlapped') if streaming >= 2 else
                 out('serialised', 'no server count; streams never overlapped: each began after the previous ended'))
     if peak >= 2: return out('batched', f'the server reported {peak} running at once')
-    if not busy: return out('too_short', f'no reading (every {watch.interval} s) fell while >= 2 requests were in flight; a peak of {peak} says nothing')
-    return out('serialised', f'{len(busy)} readings taken while >= 2 requests were in flight all said <= {max(s[1] for s in busy)} running')
+    queued = [s for s in busy if s[1] >= 1 and (s[2] is None or s[2] >= 1)]    # the server ran some and kept others waiting
+    if not queued: return out('too_short', f'no reading (every {watch.interval} s) caught the server running requests while others waited and '
+                                           f'>= 2 were in flight ({len(busy)} fell in that window, saying 0 running or nothing waiting); a peak of {peak} says nothing')
+    return out('serialised', f'{len(queued)} readings taken while >= 2 requests were in flight found the server running {max(s[1] for s in queued)} '
+                             'with others waiting')
 
 # %% ../nbs/41_loadreport.ipynb #653860ac
 METRICS = ('ttft', 'itl', 'tpot', 'e2e')
