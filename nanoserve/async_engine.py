@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio, itertools, threading, time
 from collections import deque
 from dataclasses import dataclass, asdict
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 from .core import NanoserveError
 from .engine import Engine, RequestOutput, _check, _add_checked
 from .generate import RequestError
@@ -41,8 +41,9 @@ class EngineStats:
 # %% ../nbs/30_async.ipynb #bdf0e7ba
 class AsyncEngine:
     "Runs an `Engine` in a thread; requests are async streams of `RequestOutput`."
-    def __init__(self, engine: Engine):
-        if engine.serving_thread is not None and engine.serving_thread.is_alive():
+    def __init__(self, engine: Engine | None = None, build: Callable[[], Engine] | None = None):
+        if (engine is None) == (build is None): raise NanoserveError("give AsyncEngine an engine, or build: a function that builds one on the loop's thread")
+        if engine is not None and engine.serving_thread is not None and engine.serving_thread.is_alive():
             raise NanoserveError("this engine is already stepped by another AsyncEngine loop: shut that one down first (one engine, one loop)")
         self.engine = engine
         self._inbox: deque = deque()                      # ('add', rid, ids, params) | ('abort', rid) | ('stop',)
@@ -52,8 +53,12 @@ class AsyncEngine:
         self.error: BaseException | None = None
         self._stopping = False
         self._counts = dict(num_requests=0, num_finished=0, num_aborted=0, prompt_tokens=0, generation_tokens=0)
-        self._thread = engine.serving_thread = threading.Thread(target=self._run, name='nanoserve-engine', daemon=True)
+        self._ready = threading.Event()                   # set once the loop's engine exists (built, or handed in)
+        self._thread = threading.Thread(target=self._run, args=(build,), name='nanoserve-engine', daemon=True)
+        if engine is not None: engine.serving_thread = self._thread
         self._thread.start()
+        self._ready.wait()
+        if self.engine is None: raise self.error          # the build failed; its thread has ended
 
     @property
     def running(self) -> bool:
@@ -85,8 +90,14 @@ class AsyncEngine:
                 self._streams.pop(cmd[1], None)
 
 # %% ../nbs/30_async.ipynb #c7f2e54f
-def _run(self: AsyncEngine):
-    "The engine thread: apply commands, step, hand outputs to their streams; sleep when idle."
+def _run(self: AsyncEngine, build=None):
+    "The engine thread: build the engine if asked, then apply commands, step, hand outputs to their streams; sleep when idle."
+    if build is not None:
+        try: self.engine = build(); self.engine.serving_thread = threading.current_thread()
+        except BaseException as e: self.error = e
+        finally: self._ready.set()
+        if self.engine is None: return
+    self._ready.set()
     try:
         while True:
             with self._cv:

@@ -12,6 +12,7 @@ from .core import ConfigError, human_bytes
 from .weights import weight_bytes
 from .kvcache import KVCache, available_ram
 from .engine import Engine, EngineConfig, load_parts, make_cache
+from .async_engine import AsyncEngine
 from .serve import health_payload, serve_engine
 from .compile import compile_layers
 from .buckets import row_buckets, width_buckets
@@ -217,10 +218,13 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
     "Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, async_engine)."
     from nanoserve.pull import resolve_model
     path = resolve_model(model, log=log)
-    engine = build_engine(path, config, **kw)                          # nothing serves yet: the pool is planned and the capture warm
+    config = check_capture_settings(replace(config or EngineConfig(), **kw))
+    aeng = AsyncEngine(build=lambda: build_engine(path, config))      # built, planned and warmed on the thread that will step it; no app yet
     name = served_model_name or Path(path).name
-    info = boot_info(engine, name); check_boot_info(info, engine)
-    return serve_engine(engine, name, info, api_key, max_waiting, max_tokens_default)
+    info = boot_info(aeng.engine, name)
+    try: check_boot_info(info, aeng.engine)
+    except BootUnsound: aeng.shutdown(); raise
+    return serve_engine(aeng, name, info, api_key, max_waiting, max_tokens_default)
 
 def serve(args) -> int:
     "The `nanoserve serve` command: boot, print what was built, serve with uvicorn."

@@ -18,9 +18,10 @@ def health_payload(engine: Engine, model_name: str) -> dict:
     return {'model': model_name, 'instance': uuid.uuid4().hex[:12], 'started': round(time.time(), 3), 'dtype': str(engine.model.dtype).removeprefix('torch.'), 'device': str(engine.model.device),
             'max_model_len': engine.max_model_len, 'max_batch_size': engine.config.max_batch_size, 'kv_pool': engine.plan.as_dict()}
 
-def serve_engine(engine: Engine, model_name: str, health: dict | None = None, api_key: str | None = None, max_waiting: int | None = None,
-                 max_tokens_default: int = 16):
-    "Engine -> AsyncEngine (serving starts here) -> FastAPI app; returns (app, async_engine). `health`: /health's static part."
-    aeng = AsyncEngine(engine)
+def serve_engine(engine: Engine | AsyncEngine, model_name: str, health: dict | None = None, api_key: str | None = None,
+                 max_waiting: int | None = None, max_tokens_default: int = 16):
+    "Engine -> AsyncEngine (its loop starts here, unless it is handed one already) -> FastAPI app; returns (app, async_engine)."
+    aeng = engine if isinstance(engine, AsyncEngine) else AsyncEngine(engine)
+    engine = aeng.engine
     app = create_app(aeng, model_name, health or health_payload(engine, model_name), api_key, max_waiting, default_max_tokens=max_tokens_default)
     return app, aeng
