@@ -54,6 +54,7 @@ class AsyncEngine:
         self._stopping = False
         self._counts = dict(num_requests=0, num_finished=0, num_aborted=0, prompt_tokens=0, generation_tokens=0)
         self._ready = threading.Event()                   # set once the loop's engine exists (built, or handed in)
+        self._capture = None                              # the decode path's counters as of the last step (Days 54, 57)
         self._thread = threading.Thread(target=self._run, args=(build,), name='nanoserve-engine', daemon=True)
         if engine is not None: engine.serving_thread = self._thread
         self._thread.start()
@@ -97,6 +98,7 @@ def _run(self: AsyncEngine, build=None):
         except BaseException as e: self.error = e
         finally: self._ready.set()
         if self.engine is None: return
+    self._publish()
     self._ready.set()
     try:
         while True:
@@ -107,7 +109,9 @@ def _run(self: AsyncEngine, build=None):
                 if cmd[0] == 'stop': return
                 self._apply(cmd)
             if not self.engine.has_unfinished(): continue
-            for out in self.engine.step():
+            outs = self.engine.step()
+            self._publish()
+            for out in outs:
                 self._counts['generation_tokens'] += 1
                 if out.finished: self._counts['num_finished'] += 1
                 self._deliver(out.request_id, out)
@@ -118,7 +122,11 @@ def _run(self: AsyncEngine, build=None):
     finally:
         if self.error is None:                             # shut down: end open streams
             for rid in list(self._streams): self._deliver(rid, EngineDeadError("the engine was shut down"))
-AsyncEngine._run = _run
+def _publish(self: AsyncEngine):
+    "Snapshot the decode path's counters (its `stats`, Day 54) on the engine thread, between steps, where nothing else writes them."
+    self._capture = getattr(self.engine.decode_path, 'stats', None)
+
+AsyncEngine._run, AsyncEngine._publish = _run, _publish
 
 # %% ../nbs/30_async.ipynb #137386cd
 def _send(self: AsyncEngine, cmd):
@@ -158,6 +166,10 @@ def _stats(self: AsyncEngine) -> EngineStats:
                        c['num_aborted'], c['prompt_tokens'], c['generation_tokens'], e.scheduler.num_preemptions, e.num_steps,
                        e.cache.usage, e.cache.pool.num_free, e.cache.pool.num_blocks)
 
+def _capture_stats(self: AsyncEngine):
+    "The decode path's counters (a `CaptureStats`, Day 54) as of the last step, or None without one: one immutable value, read from any thread."
+    return self._capture
+
 def _shutdown(self: AsyncEngine, timeout: float = 30.0):
     "Stop the loop: in-flight requests end with `EngineDeadError`; their blocks are freed."
     self._stopping = True
@@ -165,4 +177,4 @@ def _shutdown(self: AsyncEngine, timeout: float = 30.0):
     self._thread.join(timeout)
     for rid in list(self.engine.scheduler.requests): self.engine.abort(rid)
 
-AsyncEngine.generate, AsyncEngine.abort, AsyncEngine.stats, AsyncEngine.shutdown = _generate, _abort, _stats, _shutdown
+AsyncEngine.generate, AsyncEngine.abort, AsyncEngine.stats, AsyncEngine.capture_stats, AsyncEngine.shutdown = _generate, _abort, _stats, _capture_stats, _shutdown

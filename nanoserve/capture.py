@@ -44,23 +44,29 @@ class CaptureStats:
     decode_steps: int          # decode steps seen
     scattered_calls: int       # steps whose rows were not a prefix (ran the forward)
     fallbacks: tuple = ()      # ((reason, count), ...) steps that ran the forward, by reason
+    listed: int = 0            # shapes in the list (the plan), recorded or not
+    recorded: int = 0          # listed or not, shapes that have a recording now
     @property
     def replay_share(self) -> float: return self.replays / self.decode_steps if self.decode_steps else 0.0
+    @property
+    def reuse(self) -> float: return self.replays / self.captures if self.captures else 0.0
     @classmethod
     def of(cls, captured) -> CaptureStats:
-        return cls(captured.captures, captured.replays, captured.decode_steps, captured.scattered_calls, tuple(sorted(captured.fallbacks.items())))
+        return cls(captured.captures, captured.replays, captured.decode_steps, captured.scattered_calls, tuple(sorted(dict(captured.fallbacks).items())),
+                   len(captured.shapes) if captured.capture else 0, len(captured.recorded))
     def as_dict(self) -> dict:
-        return {'captures': self.captures, 'replays': self.replays, 'decode_steps': self.decode_steps,
-                'scattered_calls': self.scattered_calls, 'fallbacks': dict(self.fallbacks), 'replay_share': self.replay_share}
+        return {'captures': self.captures, 'replays': self.replays, 'decode_steps': self.decode_steps, 'scattered_calls': self.scattered_calls,
+                'fallbacks': dict(self.fallbacks), 'listed': self.listed, 'recorded': self.recorded, 'replay_share': self.replay_share, 'reuse': self.reuse}
     @classmethod
     def from_dict(cls, d: dict) -> CaptureStats:
-        return cls(d['captures'], d['replays'], d['decode_steps'], d['scattered_calls'], tuple(sorted(d.get('fallbacks', {}).items())))
+        return cls(d['captures'], d['replays'], d['decode_steps'], d['scattered_calls'], tuple(sorted(d.get('fallbacks', {}).items())),
+                   d.get('listed', 0), d.get('recorded', 0))
     def render(self) -> str:
         fb = ', '.join(f'{k} {v}' for k, v in self.fallbacks) or 'none'
         return (f"{self.captures} captures, {self.decode_steps} decode steps: {self.replays} replayed ({self.replay_share:.0%}), "
                 f"{self.scattered_calls} scattered; fallbacks: {fb}")
     def since(self, earlier: CaptureStats) -> CaptureStats:
-        "The counts of the window between `earlier` and this reading."
+        "The counts of the window between `earlier` and this reading (`listed` and `recorded` are levels: this reading's)."
         fb = dict(self.fallbacks)
         for k, v in earlier.fallbacks: fb[k] = fb.get(k, 0) - v
         d = {'captures': self.captures - earlier.captures, 'replays': self.replays - earlier.replays,
@@ -68,7 +74,8 @@ class CaptureStats:
         if neg := {k: v for k, v in d.items() if v < 0}:
             raise CaptureError(f"the window ran backwards ({neg}): these readings come from a restarted process or are swapped; "
                                "take `since` of the later reading against the earlier one of the same process")
-        return CaptureStats(d['captures'], d['replays'], d['decode_steps'], d['scattered_calls'], tuple(sorted((k, v) for k, v in fb.items() if v)))
+        return CaptureStats(d['captures'], d['replays'], d['decode_steps'], d['scattered_calls'], tuple(sorted((k, v) for k, v in fb.items() if v)),
+                            self.listed, self.recorded)
 
 # %% ../nbs/54_capture.ipynb #7be1b47e
 class Recorder(ABC):
@@ -227,12 +234,26 @@ def _run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens:
 CapturedDecode.run = _run
 
 # %% ../nbs/54_capture.ipynb #c9ae97f9
-def _stats(x) -> CaptureStats: return x if isinstance(x, CaptureStats) else CaptureStats.of(x)
+def _stats(x) -> CaptureStats:
+    "A CaptureStats from the live object, a reading, or a /health body (its `cuda_graphs.runtime`) or that section itself."
+    if isinstance(x, CaptureStats): return x
+    if isinstance(x, dict):
+        d = x.get('cuda_graphs', x)
+        d = d.get('runtime', d) if isinstance(d, dict) else None
+        if not isinstance(d, dict) or 'replays' not in d:
+            raise CaptureError("this reading has no capture counters: pass a /health body of a --cuda-graphs server, its cuda_graphs section, or its runtime")
+        return CaptureStats.from_dict(d)
+    return CaptureStats.of(x)
 
-def check_all_shapes_captured(captured: CapturedDecode, shapes=None):
-    "Raise ShapesNotCaptured unless every shape (default: the listed ones) was recorded."
-    want = set(captured.shapes if shapes is None else shapes)
-    if missing := sorted(want - set(captured.recorded)):
+def check_all_shapes_captured(x, shapes=None):
+    "Raise ShapesNotCaptured unless every shape (default: the listed ones) was recorded; a reading is judged by its listed and recorded counts."
+    if isinstance(x, (CaptureStats, dict)):
+        s = _stats(x)
+        if s.recorded < s.listed:
+            raise ShapesNotCaptured(f"{s.listed - s.recorded} of {s.listed} listed shapes were never recorded: warm them (warm_decode) before serving")
+        return
+    want = set(x.shapes if shapes is None else shapes)
+    if missing := sorted(want - set(x.recorded)):
         raise ShapesNotCaptured(f"{len(missing)} of {len(want)} shapes were never recorded, e.g. {missing[:4]}: warm them (warm_decode) before serving")
 
 def check_replays_dominate(x, min_share: float = 0.9):

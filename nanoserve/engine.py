@@ -23,9 +23,9 @@ from .runner import ModelRunner
 __all__ = ['EngineConfig', 'RequestOutput', 'keep_freed_memory', 'load_parts', 'make_cache', 'Engine']
 
 # %% ../nbs/20_engine.ipynb #5151511f
-def _flag(default, help: str):
-    "A field of `EngineConfig` that is also a command-line flag (`max_batch_size` -> `--max-batch-size`), with its help."
-    return field(default=default, metadata={'help': help})
+def _flag(default, help: str, hidden: bool = False):
+    "A field of `EngineConfig` that is also a command-line flag (`max_batch_size` -> `--max-batch-size`), with its help; `hidden`: not in --help."
+    return field(default=default, metadata={'help': help, 'hidden': hidden})
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -49,6 +49,7 @@ class EngineConfig:
     warm: bool = _flag(True, 'record the capture plan before serving (Day 56); without it, each planned shape is recorded on first use')
     warm_rows: int | None = _flag(None, 'capture row buckets up to N only (default: all, up to max_batch_size)')
     warm_width: int | None = _flag(None, 'capture widths up to W tokens only (default: up to max_model_len)')
+    capture_prefix_rule: bool = _flag(True, "replay only steps whose rows are a prefix (Day 54); off only to show what it guards (Day 57's tests)", hidden=True)
 
     def __post_init__(self):
         parse_dtype(self.dtype)
@@ -77,9 +78,9 @@ class EngineConfig:
         if (self.warm_rows or self.warm_width) and not self.capture_decode:
             raise ConfigError("warm_rows and warm_width bound the capture plan, and capture is off: add --cuda-graphs (capture_decode with "
                               "bucket_decode and persist_inputs), or drop them")
-        if (self.capture_recorder is not None or not self.warm) and not self.capture_decode:
-            raise ConfigError("capture_recorder and warm=False (--capture-recorder, --no-warm) say how the decode is recorded, and capture is off: "
-                              "add --cuda-graphs (capture_decode with bucket_decode and persist_inputs), or drop them")
+        if (self.capture_recorder is not None or not self.warm or not self.capture_prefix_rule) and not self.capture_decode:
+            raise ConfigError("capture_recorder, warm=False and capture_prefix_rule=False (--capture-recorder, --no-warm) say how the decode is "
+                              "recorded, and capture is off: add --cuda-graphs (capture_decode with bucket_decode and persist_inputs), or drop them")
 
     @property
     def capture_flags(self) -> tuple[str, ...]:

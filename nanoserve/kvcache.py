@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_kvcache.ipynb #2d13a8ad
 from __future__ import annotations
-import math, os
+import heapq, math, os
 from collections import deque
 from dataclasses import dataclass, asdict
 import torch
@@ -116,7 +116,7 @@ class KVCache:
         self.pool = BlockPool(plan.num_blocks)
         self.block_tables: dict[str, list[int]] = {}   # request id -> blocks, in position order
         self.rows: dict[str, int] = {}                 # request id -> cache row
-        self.free_rows = list(range(max_batch_size - 1, -1, -1))
+        self.free_rows = list(range(max_batch_size))   # a heap: the lowest free row is handed out first
 
     def blocks_needed(self, req, num_new: int) -> int:
         "Blocks `req` lacks to hold positions [0, num_computed_tokens + num_new)."
@@ -133,7 +133,7 @@ class KVCache:
         rid, start, end = req.request_id, req.num_computed_tokens, req.num_computed_tokens + num_new
         if end > self.max_model_len: raise KVCacheError(f"{rid}: position {end - 1} is past max_model_len={self.max_model_len}")
         if not self.can_allocate(req, num_new): raise KVCacheError(f"{rid}: cannot allocate {num_new} tokens")
-        if rid not in self.rows: self.rows[rid] = self.free_rows.pop()
+        if rid not in self.rows: self.rows[rid] = heapq.heappop(self.free_rows)
         table = self.block_tables.setdefault(rid, [])
         table += self.pool.allocate(self.blocks_needed(req, num_new))
         pos = torch.arange(start, end)
@@ -147,7 +147,7 @@ class KVCache:
         self.pool.free(self.block_tables.pop(rid, []))
         if (row := self.rows.pop(rid, None)) is not None:
             self.slots[row] = -1
-            self.free_rows.append(row)
+            heapq.heappush(self.free_rows, row)
 
     @property
     def usage(self) -> float: return 1 - self.pool.num_free / self.pool.num_blocks

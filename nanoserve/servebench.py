@@ -19,8 +19,9 @@ __all__ = ['METRICS', 'Regression', 'Inconclusive', 'MetricChange', 'Comparison'
 
 # %% ../nbs/42_servebench.ipynb #ee66bbc9
 class Regression(NanoserveError):
-    "B is worse than A beyond noise, on the metrics listed."
-    def __init__(self, comparison: Comparison):
+    "B is worse than A beyond noise, on the metrics listed (or, from a check that names no metric table, for the reason given)."
+    def __init__(self, comparison: Comparison | str):
+        if isinstance(comparison, str): self.comparison = None; super().__init__(comparison); return
         self.comparison = comparison
         worse = [f"{r.metric} {r.a:.4g} -> {r.b:.4g} ({r.change:+.0%} worse, beyond {r.threshold:.0%})" for r in comparison.rows if r.verdict == 'worse']
         super().__init__(f"{comparison.b} is worse than {comparison.a} beyond noise: " + '; '.join(worse))
@@ -84,8 +85,8 @@ def inconclusive_reasons(a: LoadRun, b: LoadRun, min_completed: int = 8, same_se
     return why
 
 # %% ../nbs/42_servebench.ipynb #9f7757d0
-METRICS = {'output_throughput': lambda r: 1 / r.output_throughput, 'ttft_p50': lambda r: r.ttft.p50,
-           'tpot_p50': lambda r: r.tpot.p50, 'e2e_p50': lambda r: r.e2e.p50}     # costs: larger is worse (throughput as its inverse)
+METRICS = {'output_throughput': lambda r: 1 / r.output_throughput, 'ttft_p50': lambda r: r.ttft.p50, 'tpot_p50': lambda r: r.tpot.p50,
+           'itl_p50': lambda r: r.itl.p50, 'itl_p99': lambda r: r.itl.p99, 'e2e_p50': lambda r: r.e2e.p50}   # costs: larger is worse (throughput as its inverse)
 
 def compare(a: LoadRun | list[LoadRun], b: LoadRun | list[LoadRun], tolerance: float = 0.2, min_completed: int = 8,
             same_server: bool = False) -> Comparison:

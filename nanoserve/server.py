@@ -12,14 +12,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import JSONResponse, StreamingResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, CONTENT_TYPE_LATEST
+from prometheus_client.core import CounterMetricFamily
 from .core import NanoserveError
 from .generate import RequestError
 from .sampling import SamplingParams
 from .async_engine import AsyncEngine, EngineDeadError
 
 # %% auto #0
-__all__ = ['CompletionRequest', 'ChatMessage', 'ChatRequest', 'sampling_params', 'error_response', 'ServerMetrics', 'run_choices',
-           'create_app']
+__all__ = ['CompletionRequest', 'ChatMessage', 'ChatRequest', 'sampling_params', 'error_response', 'CaptureCollector',
+           'ServerMetrics', 'run_choices', 'create_app']
 
 # %% ../nbs/32_server.ipynb #eeb0b53e
 class _Sampling(BaseModel):
@@ -90,6 +91,19 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return f"{param or 'body'}: {e.get('msg')}", param
 
 # %% ../nbs/32_server.ipynb #f673990e
+class CaptureCollector:
+    "The decode capture's counters (Days 54, 57) as Prometheus counters, read from the AsyncEngine's last snapshot at each scrape."
+    def __init__(self, aeng: AsyncEngine): self.aeng = aeng
+    def collect(self):
+        cs = self.aeng.capture_stats()
+        if cs is None: return
+        for name, doc in (('captures', 'Decode shapes recorded'), ('replays', 'Decode steps served by a recording'),
+                          ('decode_steps', 'Pure-decode steps seen'), ('scattered_calls', 'Decode steps whose rows were not a prefix')):
+            yield CounterMetricFamily(f'nanoserve_capture_{name}', doc, value=getattr(cs, name))
+        fb = CounterMetricFamily('nanoserve_capture_fallbacks', 'Decode steps that ran the forward instead, by reason', labels=['reason'])
+        for reason, n in cs.fallbacks: fb.add_metric([reason], n)
+        yield fb
+
 class ServerMetrics:
     "Prometheus metrics of one server."
     def __init__(self, aeng: AsyncEngine):
@@ -107,6 +121,7 @@ class ServerMetrics:
         self.ttft = Histogram('nanoserve_time_to_first_token_seconds', 'Time to first token', buckets=buckets, registry=r)
         self.itl = Histogram('nanoserve_inter_token_latency_seconds', 'Time between tokens', buckets=buckets, registry=r)
         self.e2e = Histogram('nanoserve_e2e_request_latency_seconds', 'End-to-end request latency', buckets=buckets, registry=r)
+        r.register(CaptureCollector(aeng))
 
 # %% ../nbs/32_server.ipynb #70c7832d
 async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, prompt, body: _Sampling, default_max_tokens: int):
@@ -175,7 +190,10 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
     @app.get('/health')
     async def get_health():
         if not aeng.running: return JSONResponse({**health, 'status': 'dead', 'error': str(aeng.error)}, 503)
-        return {**health, 'status': 'ok', 'stats': aeng.stats().as_dict()}
+        body = {**health, 'status': 'ok', 'stats': aeng.stats().as_dict()}
+        if (cs := aeng.capture_stats()) is not None:     # the counters go beside the boot half (Day 56), never over it
+            body['cuda_graphs'] = {**health.get('cuda_graphs', {}), 'runtime': cs.as_dict()}
+        return body
 
     @app.get('/metrics')
     async def get_metrics(): return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
