@@ -48,7 +48,8 @@ def add_engine_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()):
     for f in fields(EngineConfig):
         if f.name in skip: continue
         name, kind, help = f.name.replace('_', '-'), str(f.type).split(' |')[0], f.metadata['help']
-        if kind == 'bool' and f.default: p.add_argument(f'--no-{name}', dest=f.name, action='store_false', help=f'do not: {help}')
+        if f.metadata.get('hidden'): help = argparse.SUPPRESS              # a switch for tests, kept out of --help
+        if kind == 'bool' and f.default: p.add_argument(f'--no-{name}', dest=f.name, action='store_false', help=help if f.metadata.get('hidden') else f'do not: {help}')
         elif kind == 'bool': p.add_argument(f'--{name}', action='store_true', help=help)
         else: p.add_argument(f'--{name}', type=_ARG_TYPES[kind], default=f.default, help=help + ('' if f.default is None else f' (default {f.default})'))
     p.add_argument('--cuda-graphs', action='store_true', help='record the decode step once per shape at boot and replay it: bucket_decode, '
@@ -124,7 +125,8 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, **kw
             check_capture_matches_cache(boot.plan, cache)
         boot.recorder = recorder                                      # None with capture off: that decode path records nothing
         decode_path = CapturedDecode(model, cache, recorder and make_recorder(recorder, limit=config.capture_limit), boot.plan.shapes if boot.plan else None,
-                                     bucket=config.bucket_decode, persist=config.persist_inputs, capture=config.capture_decode)
+                                     prefix_rule=config.capture_prefix_rule, bucket=config.bucket_decode, persist=config.persist_inputs,
+                                     capture=config.capture_decode)
         lap('capture_plan')
     engine = Engine.assemble(model, tokenizer, cache, config, stop, decode_path)
     engine.boot = boot
@@ -179,7 +181,8 @@ def boot_info(engine: Engine, model_name: str) -> dict:
                            'width_bound_by': p.width_bound_by if p else None, 'trimmed': p.trimmed if p else 0,
                            'full_count': p.full_count if p else 0, 'limit': p.limit if p else None, 'warm': b.warm,
                            'recorded': len(dp.recorded) if p else 0, 'boot_seconds': b.seconds.get('warm', 0.0),
-                           'pool_bytes': p.pool_bytes if p else None, 'budget_bytes': p.budget_bytes if p else None}
+                           'pool_bytes': p.pool_bytes if p else None, 'budget_bytes': p.budget_bytes if p else None,
+                           'prefix_rule': dp.prefix_rule if p else None}
     info['boot'] = {'seconds': dict(b.seconds), 'free_bytes': dict(b.probes), 'reserved_bytes': b.reserved_bytes}
     return info
 
