@@ -111,8 +111,9 @@ def cmd_generate(args) -> int:
     for _, fields, label in items:
         try: params.append(SamplingParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}))
         except TypeError as e: raise RequestError(f"{label[:40]!r}: {e}") from None
+    from nanoserve.batch import PersistentBatch
     config = config_from_args(args)                                          # validated before the model loads
-    engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), config)
+    engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), config, batch=PersistentBatch)
     outs = engine.generate([p for p, _, _ in items], params, use_tqdm=len(items) > 1 and sys.stderr.isatty())
     for (_, _, label), o in zip(items, outs):
         if args.json:
@@ -129,24 +130,26 @@ def cmd_bench(args) -> int:
         return cmd_bench_boot(args)
     if args.bench == 'graph':
         from nanoserve.graphbench import cmd_bench_graph
-        return cmd_bench_graph(args)
+        from nanoserve.batch import PersistentBatch
+        return cmd_bench_graph(args, batch=PersistentBatch)
     if args.bench != 'offline':
         from nanoserve.servebench import cmd_bench_serve, cmd_bench_compare
         return {'serve': cmd_bench_serve, 'compare': cmd_bench_compare}[args.bench](args)
     from nanoserve.offline_bench import (make_workload, run_nanoserve, run_transformers, ceilings, write_csv, machine, asdict)
     from nanoserve.pull import resolve_model
     from nanoserve.launch import build_engine, config_from_args
+    from nanoserve.batch import PersistentBatch
     from nanoserve.generate import RequestError
     try: lo, hi = map(int, args.prompt_len.split(':'))
     except ValueError: raise RequestError(f"--prompt-len must be MIN:MAX, got {args.prompt_len!r}") from None
     path, rows = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), []
     for dtype in args.dtypes.split(','):
-        engine = build_engine(path, config_from_args(args, dtype=dtype))
+        engine = build_engine(path, config_from_args(args, dtype=dtype), batch=PersistentBatch)
         w = make_workload(args.num_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
         ceil = ceilings(engine.model, args.max_batch_size)
         r = asdict(run_nanoserve(engine, w)); r.update(ceil, gemm_ceiling_share=r['output_tok_s'] / ceil['gemm_ceiling_tok_s']); rows.append(r)
         if args.batch1_requests:
-            one = build_engine(engine.model, config_from_args(args, dtype=dtype, max_batch_size=1), engine.tokenizer)
+            one = build_engine(engine.model, config_from_args(args, dtype=dtype, max_batch_size=1), engine.tokenizer, batch=PersistentBatch)
             w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
             r1 = asdict(run_nanoserve(one, w1)); r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
             rows.append(r1)
@@ -170,7 +173,8 @@ def cmd_bench(args) -> int:
 
 def cmd_serve(args) -> int:
     from nanoserve.launch import serve
-    return serve(args)
+    from nanoserve.batch import PersistentBatch
+    return serve(args, batch=PersistentBatch)
 
 COMMANDS = {'pull': cmd_pull, 'generate': cmd_generate, 'bench': cmd_bench, 'serve': cmd_serve}
 

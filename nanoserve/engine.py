@@ -50,6 +50,7 @@ class EngineConfig:
     warm_rows: int | None = _flag(None, 'capture row buckets up to N only (default: all, up to max_batch_size)')
     warm_width: int | None = _flag(None, 'capture widths up to W tokens only (default: up to max_model_len)')
     capture_prefix_rule: bool = _flag(True, "replay only steps whose rows are a prefix (Day 54); off only to show what it guards (Day 57's tests)", hidden=True)
+    persistent_batch: bool | None = _flag(None, 'keep running requests in cache rows 0..n-1, in order (Day 58; default: on with capture_decode)')
 
     def __post_init__(self):
         parse_dtype(self.dtype)
@@ -81,6 +82,11 @@ class EngineConfig:
         if (self.capture_recorder is not None or not self.warm or not self.capture_prefix_rule) and not self.capture_decode:
             raise ConfigError("capture_recorder, warm=False and capture_prefix_rule=False (--capture-recorder, --no-warm) say how the decode is "
                               "recorded, and capture is off: add --cuda-graphs (capture_decode with bucket_decode and persist_inputs), or drop them")
+
+    @property
+    def uses_persistent_batch(self) -> bool:
+        "Whether the engine keeps its running rows a prefix: as asked, or by default whenever it replays recorded decodes."
+        return self.capture_decode if self.persistent_batch is None else self.persistent_batch
 
     @property
     def capture_flags(self) -> tuple[str, ...]:
@@ -134,7 +140,7 @@ def make_cache(model: CausalLM, config: EngineConfig) -> KVCache:
 class Engine:
     "The serving loop over its parts: model, tokenizer, KV cache, scheduler, runner, and an optional decode path."
     def __init__(self, model: CausalLM, tokenizer: Tokenizer, cache: KVCache, scheduler: Scheduler, runner: ModelRunner,
-                 config: EngineConfig, stop_ids: set[int], decode_path=None):
+                 config: EngineConfig, stop_ids: set[int], decode_path=None, batch=None):
         if scheduler.cache is not cache or runner.cache is not cache or runner.model is not model:
             raise ConfigError("the scheduler and the runner must work on the engine's own cache and model")
         if decode_path is not None and getattr(decode_path, 'cache', cache) is not cache:
@@ -142,6 +148,9 @@ class Engine:
         if config.capture_flags and decode_path is None:
             raise ConfigError(f"{' and '.join(config.capture_flags)} need a decode path (Days 52-54), and none was given: "
                               "nanoserve.launch.build_engine builds one; Engine.build assembles the eager engine only")
+        if config.uses_persistent_batch and batch is None:
+            raise ConfigError("persistent_batch (on by default with capture_decode) needs Day 58's part: pass batch=nanoserve.batch.PersistentBatch() "
+                              "(build_engine and the nanoserve command do), or set persistent_batch=False (--no-persistent-batch)")
         if config.compile and not getattr(model, 'compiled_layers', False):
             raise ConfigError("compile=True, but the model's layers are not compiled: nanoserve.launch.build_engine compiles them "
                               "(compile_layers, Day 49); Engine.build assembles the eager engine only")
@@ -149,6 +158,7 @@ class Engine:
         self.model, self.tokenizer, self.cache, self.scheduler, self.runner, self.config = model, tokenizer, cache, scheduler, runner, config
         self.stop_ids, self.max_model_len, self.plan = set(stop_ids), cache.max_model_len, cache.plan
         self.decode_path = runner.decode_path = decode_path
+        self.batch = batch             # keeps running rows a prefix at the step boundary (Day 58), if given
         self.boot = None               # how this engine was assembled and warmed, when Day 56's build_engine did it
         self.serving_thread = None     # the thread of the AsyncEngine loop stepping this engine (Day 30), if any
         self.detok: dict[str, IncrementalDetokenizer] = {}
@@ -157,14 +167,15 @@ class Engine:
         self.num_steps = 0
 
     @classmethod
-    def assemble(cls, model: CausalLM, tokenizer: Tokenizer, cache: KVCache, config: EngineConfig, stop_ids: set[int], decode_path=None) -> Engine:
+    def assemble(cls, model: CausalLM, tokenizer: Tokenizer, cache: KVCache, config: EngineConfig, stop_ids: set[int], decode_path=None,
+                 batch=None) -> Engine:
         "An engine over a loaded model and an allocated cache; the scheduler and the runner are made here."
         return cls(model, tokenizer, cache, Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids),
-                   ModelRunner(model, cache, stop_ids, config.batch_invariant), config, stop_ids, decode_path)
+                   ModelRunner(model, cache, stop_ids, config.batch_invariant), config, stop_ids, decode_path, batch)
 
     @classmethod
     def build(cls, model: str | Path | CausalLM, tokenizer: Tokenizer | None = None, config: EngineConfig | None = None,
-              decode_path=None, **kw) -> Engine:
+              decode_path=None, batch=None, **kw) -> Engine:
         "The eager engine for a model directory (or a loaded model and its tokenizer); `kw` overrides `config` fields."
         config = replace(config or EngineConfig(), **kw)
         if config.capture_flags and decode_path is None or config.compile and not isinstance(model, CausalLM):   # refused before loading
@@ -172,7 +183,7 @@ class Engine:
                               "only; nanoserve.launch.build_engine (Day 56) compiles the layers and builds the decode path")
         model, tokenizer, stop = load_parts(model, tokenizer, config)
         cache = make_cache(model, config)
-        return cls.assemble(model, tokenizer, cache, config, stop, decode_path and decode_path(model, cache))
+        return cls.assemble(model, tokenizer, cache, config, stop, decode_path and decode_path(model, cache), batch)
 
 # %% ../nbs/20_engine.ipynb #c5dcc411
 def _prompt_ids(self: Engine, prompt) -> list[int]:
@@ -225,11 +236,15 @@ def _detokenize(self: Engine, req: Request):
 
 def _step(self: Engine) -> list[RequestOutput]:
     "One scheduling step; outputs of the requests that got a token (finished ones included)."
+    if self.batch is not None: self.batch.before_schedule(self.scheduler, self.cache)     # the step boundary (Day 58)
     out = self.scheduler.schedule()
+    if self.batch is not None: self.batch.before_execute(out, self.scheduler, self.cache)
     sampled = self.runner.execute(out)
     got = self.scheduler.update(out, sampled)
     for req in got: _detokenize(self, req)
-    if self.config.check_invariants: check_invariants(self.cache)
+    if self.config.check_invariants:
+        check_invariants(self.cache)
+        if self.batch is not None: self.batch.check(out, self.cache)
     self.num_steps += 1
     outs = [_output(self, r) for r in got]
     for r in got:

@@ -185,8 +185,8 @@ def graph_checks(a: ArmReport, b: ArmReport, tolerance: float = 0.2) -> list[Arm
 COVERAGE_CASES = ((4, 8, (16,)), (4, 8, (8, 16)), (4, 8, (4, 32)), (8, 16, (16,)), (8, 16, (8, 16)), (8, 16, (4, 32)),
                   (8, 16, (4, 8, 16, 32)), (16, 32, (4, 32)))      # (slots, requests, generation lengths, cycled over the requests)
 
-def coverage(slots: int, num_requests: int, lengths, prompt_len: int = 8, max_model_len: int = 512, cache_cls=KVCache) -> dict:
-    "Decode steps, replayed and scattered for a crowd through `slots` rows: Day 16's scheduler and Day 10's cache, no model."
+def coverage(slots: int, num_requests: int, lengths, prompt_len: int = 8, max_model_len: int = 512, cache_cls=KVCache, batch=None) -> dict:
+    "Decode steps, replayed and scattered for a crowd through `slots` rows: Day 16's scheduler and Day 10's cache, no model; `batch`: Day 58's part."
     cfg = SMOLLM2_135M
     cache = cache_cls(cfg, plan_kv_pool(cfg, max_model_len=max_model_len, max_batch_size=slots, num_blocks=slots * math.ceil(max_model_len / 16)),
                     slots, max_model_len)
@@ -195,7 +195,9 @@ def coverage(slots: int, num_requests: int, lengths, prompt_len: int = 8, max_mo
         sched.add(Request(f'r{i}', [5] * prompt_len, SamplingParams(max_tokens=lengths[i % len(lengths)], ignore_eos=True), torch.Generator()))
     steps = replayed = 0
     while sched.has_unfinished():
+        if batch is not None: batch.before_schedule(sched, cache)        # where the engine calls it
         out = sched.schedule()
+        if batch is not None: batch.before_execute(out, sched, cache)
         if out.scheduled and all(s.num_tokens == 1 and s.samples for s in out.scheduled):    # what the runner hands the decode path
             steps += 1; replayed += rows_are_a_prefix([s.row for s in out.scheduled])     # every shape listed: replayed iff a prefix
         sched.update(out, {s.request.request_id: (1, None) for s in out.scheduled if s.samples})
@@ -215,7 +217,7 @@ def write_rows(rows: list[dict], path) -> Path:
 
 # %% ../nbs/57_graphbench.ipynb #2cd8d9a6
 ARMS = {'eager': (), 'compile': ('--cuda-graphs', '--capture-recorder', 'compile'), 'cuda_graph': ('--cuda-graphs', '--capture-recorder', 'cuda_graph'),
-        'host': ('--cuda-graphs', '--capture-recorder', 'host')}
+        'compile-no-batch': ('--cuda-graphs', '--capture-recorder', 'compile', '--no-persistent-batch'), 'host': ('--cuda-graphs', '--capture-recorder', 'host')}
 
 def bench_graph(model, arms=('eager', 'compile'), rates=(1.0, 2.0, 4.0, 8.0), num_requests: int = 16, input_len=(32, 128), output_len=(16, 64),
                 serve_args=(), cpus: str | None = None, log=print) -> tuple[dict[str, ArmReport], list[dict]]:
@@ -257,10 +259,10 @@ def add_graph_flags(p):
     p.add_argument('--cpus', default=None, help='pin each server with taskset -c CPUS')
     p.add_argument('--csv', default=None, help='where to write the table (default bench/results/graphbench_coverage.csv or graphbench.csv)')
 
-def cmd_bench_graph(args) -> int:
-    "`nanoserve bench graph`: the coverage table, or the arms side by side with the seven checks."
+def cmd_bench_graph(args, batch=None) -> int:
+    "`nanoserve bench graph`: the coverage table (`batch`: the persistent batch's part, which the command line passes), or the arms with the seven checks."
     if args.coverage:
-        rows = [coverage(*c) for c in COVERAGE_CASES]
+        rows = [coverage(*c, batch=batch and batch()) for c in COVERAGE_CASES]
         print(coverage_table(rows)); print(f"wrote {write_rows(rows, args.csv or 'bench/results/graphbench_coverage.csv')}")
         return 0
     import shlex, sys

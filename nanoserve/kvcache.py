@@ -111,7 +111,7 @@ class KVCache:
         self.k = torch.empty(shape, dtype=dtype, device=dev)   # [layers, slots + 1, kv_heads, head_dim]
         self.v = torch.empty(shape, dtype=dtype, device=dev)
         self.k[:, self.pad_slot] = 0; self.v[:, self.pad_slot] = 0   # the rest of the pool stays lazy; the pad slot is read as a masked key
-        self.slots = torch.full((max_batch_size, max_model_len), -1, dtype=torch.int32, device=dev)  # [rows, positions]
+        self.slots = torch.full((max_batch_size, max_model_len), self.pad_slot, dtype=torch.int32, device=dev)  # [rows, positions]; free rows: the pad slot
         self.block_size, self.max_model_len, self.plan = plan.block_size, max_model_len, plan
         self.pool = BlockPool(plan.num_blocks)
         self.block_tables: dict[str, list[int]] = {}   # request id -> blocks, in position order
@@ -133,7 +133,9 @@ class KVCache:
         rid, start, end = req.request_id, req.num_computed_tokens, req.num_computed_tokens + num_new
         if end > self.max_model_len: raise KVCacheError(f"{rid}: position {end - 1} is past max_model_len={self.max_model_len}")
         if not self.can_allocate(req, num_new): raise KVCacheError(f"{rid}: cannot allocate {num_new} tokens")
-        if rid not in self.rows: self.rows[rid] = heapq.heappop(self.free_rows)
+        if rid not in self.rows:
+            self.rows[rid] = row = heapq.heappop(self.free_rows)
+            self.slots[row] = -1                      # a held row: -1 until a position is allocated
         table = self.block_tables.setdefault(rid, [])
         table += self.pool.allocate(self.blocks_needed(req, num_new))
         pos = torch.arange(start, end)
@@ -146,15 +148,15 @@ class KVCache:
         rid = req.request_id
         self.pool.free(self.block_tables.pop(rid, []))
         if (row := self.rows.pop(rid, None)) is not None:
-            self.slots[row] = -1
+            self.slots[row] = self.pad_slot            # a free row: every read of it lands on the pad slot
             heapq.heappush(self.free_rows, row)
 
     @property
     def usage(self) -> float: return 1 - self.pool.num_free / self.pool.num_blocks
 
 # %% ../nbs/10_kvcache.ipynb #3759b5bd
-def check_invariants(cache: KVCache):
-    "Raise `KVCacheError` if the pool's bookkeeping is inconsistent."
+def check_invariants(cache: KVCache, running: list | None = None):
+    "Raise `KVCacheError` if the pool's or the rows' bookkeeping is inconsistent; with `running`, unless they hold rows 0..n-1 in order."
     owners = [0] * cache.pool.num_blocks
     for rid, table in cache.block_tables.items():
         for b in table: owners[b] += 1
@@ -168,3 +170,20 @@ def check_invariants(cache: KVCache):
     if len(free) + sum(1 for o in owners if o) != cache.pool.num_blocks: raise KVCacheError("blocks were lost")
     if any(t and r not in cache.rows for r, t in cache.block_tables.items()):
         raise KVCacheError("a request holds blocks without a row")
+    _check_rows(cache)
+    if running is not None and (rows := [cache.rows.get(r.request_id) for r in running]) != list(range(len(running))):
+        raise KVCacheError(f"the running requests hold rows {rows}, not 0..{len(running) - 1} in the order the step uses them")
+
+def _check_rows(cache: KVCache):
+    held = list(cache.rows.values())
+    if len(held) != len(set(held)): raise KVCacheError(f"two requests share a row: {sorted(held)}")
+    if sorted(held + list(cache.free_rows)) != list(range(cache.slots.shape[0])): raise KVCacheError("rows were lost or are both free and held")
+    bs = cache.block_size
+    for rid, row in cache.rows.items():
+        line, table = cache.slots[row], cache.block_tables.get(rid, [])
+        n = int((line >= 0).sum())                                         # allocated positions: a prefix of the row
+        want = torch.tensor([table[p // bs] * bs + p % bs for p in range(n)], dtype=line.dtype)
+        if n and not (torch.equal(line[:n].cpu(), want) and bool((line[n:] < 0).all())):
+            raise KVCacheError(f"{rid}'s slot-table row {row} does not hold the slots of its block table")
+    if cache.free_rows and not bool((cache.slots[list(cache.free_rows)] == cache.pad_slot).all()):
+        raise KVCacheError("a free row holds something other than the pad slot")

@@ -49,7 +49,8 @@ def add_engine_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()):
         if f.name in skip: continue
         name, kind, help = f.name.replace('_', '-'), str(f.type).split(' |')[0], f.metadata['help']
         if f.metadata.get('hidden'): help = argparse.SUPPRESS              # a switch for tests, kept out of --help
-        if kind == 'bool' and f.default: p.add_argument(f'--no-{name}', dest=f.name, action='store_false', help=help if f.metadata.get('hidden') else f'do not: {help}')
+        if kind == 'bool' and f.default is None: p.add_argument(f'--{name}', action=argparse.BooleanOptionalAction, default=None, help=help)
+        elif kind == 'bool' and f.default: p.add_argument(f'--no-{name}', dest=f.name, action='store_false', help=help if f.metadata.get('hidden') else f'do not: {help}')
         elif kind == 'bool': p.add_argument(f'--{name}', action='store_true', help=help)
         else: p.add_argument(f'--{name}', type=_ARG_TYPES[kind], default=f.default, help=help + ('' if f.default is None else f' (default {f.default})'))
     p.add_argument('--cuda-graphs', action='store_true', help='record the decode step once per shape at boot and replay it: bucket_decode, '
@@ -106,9 +107,12 @@ def pool_residency(num_blocks: int = 364) -> dict:
     return {'kv_bytes': plan.kv_bytes, 'rss_allocated': r1 - r0, 'rss_written': r2 - r0, 'free_drop_allocated': a0 - a1, 'free_drop_written': a0 - a2}
 
 # %% ../nbs/56_launch.ipynb #0a71934b
-def build_engine(model, config: EngineConfig | None = None, tokenizer=None, **kw) -> Engine:
+def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batch=None, **kw) -> Engine:
     "An engine for a model directory (or loaded model) from an EngineConfig: load, plan the KV pool, plan the capture, decode path, warm."
     config = check_capture_settings(replace(config or EngineConfig(), **kw))     # refused here, before anything loads
+    if config.uses_persistent_batch and batch is None:
+        raise ConfigError("persistent_batch (on by default with --cuda-graphs) needs Day 58's part: pass batch=nanoserve.batch.PersistentBatch "
+                          "(the nanoserve command does), or persistent_batch=False (--no-persistent-batch)")
     recorder, boot, t = recorder_for(config) if config.capture_decode else None, Boot(), [time.perf_counter()]
     def lap(stage): now = time.perf_counter(); boot.seconds[stage] = round(now - t[0], 3); t[0] = now
     model, tokenizer, stop = load_parts(model, tokenizer, config)
@@ -128,7 +132,7 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, **kw
                                      prefix_rule=config.capture_prefix_rule, bucket=config.bucket_decode, persist=config.persist_inputs,
                                      capture=config.capture_decode)
         lap('capture_plan')
-    engine = Engine.assemble(model, tokenizer, cache, config, stop, decode_path)
+    engine = Engine.assemble(model, tokenizer, cache, config, stop, decode_path, batch() if config.uses_persistent_batch else None)
     engine.boot = boot
     if boot.plan is not None and config.warm: warm_engine(engine)
     return engine
@@ -182,7 +186,7 @@ def boot_info(engine: Engine, model_name: str) -> dict:
                            'full_count': p.full_count if p else 0, 'limit': p.limit if p else None, 'warm': b.warm,
                            'recorded': len(dp.recorded) if p else 0, 'boot_seconds': b.seconds.get('warm', 0.0),
                            'pool_bytes': p.pool_bytes if p else None, 'budget_bytes': p.budget_bytes if p else None,
-                           'prefix_rule': dp.prefix_rule if p else None}
+                           'prefix_rule': dp.prefix_rule if p else None, 'persistent_batch': engine.batch is not None}
     info['boot'] = {'seconds': dict(b.seconds), 'free_bytes': dict(b.probes), 'reserved_bytes': b.reserved_bytes}
     return info
 
@@ -217,27 +221,28 @@ def boot_lines(engine: Engine, model_name: str) -> list[str]:
 
 # %% ../nbs/56_launch.ipynb #48f42a5d
 def build_app(model: str | None = None, config: EngineConfig | None = None, served_model_name: str | None = None, api_key: str | None = None,
-              max_waiting: int | None = None, max_tokens_default: int = 16, log=print, **kw):
+              max_waiting: int | None = None, max_tokens_default: int = 16, log=print, batch=None, **kw):
     "Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, async_engine)."
     from nanoserve.pull import resolve_model
     path = resolve_model(model, log=log)
     config = check_capture_settings(replace(config or EngineConfig(), **kw))
-    aeng = AsyncEngine(build=lambda: build_engine(path, config))      # built, planned and warmed on the thread that will step it; no app yet
+    if config.uses_persistent_batch and batch is None: build_engine(path, config)     # refused here, on this thread, before anything loads
+    aeng = AsyncEngine(build=lambda: build_engine(path, config, batch=batch))      # built, planned and warmed on the thread that will step it
     name = served_model_name or Path(path).name
     info = boot_info(aeng.engine, name)
     try: check_boot_info(info, aeng.engine)
     except BootUnsound: aeng.shutdown(); raise
     return serve_engine(aeng, name, info, api_key, max_waiting, max_tokens_default)
 
-def serve(args) -> int:
-    "The `nanoserve serve` command: boot, print what was built, serve with uvicorn."
+def serve(args, batch=None) -> int:
+    "The `nanoserve serve` command: boot, print what was built, serve with uvicorn; `batch`: Day 58's part (the command line passes it)."
     import uvicorn
     from nanoserve.pull import resolve_model
     log = lambda m: print(m, file=sys.stderr, flush=True)
     config = config_from_args(args)                                     # refused here, before anything loads
     path = resolve_model(args.model, log=log)
     name = args.served_model_name or Path(path).name
-    app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log)
+    app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log, batch=batch)
     for line in boot_lines(aeng.engine, name): log(line)
     log(f"serving on http://{args.host}:{args.port} (OpenAI API under /v1; /health, /metrics)")
     try: uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)

@@ -55,6 +55,16 @@ def tiny(tmp_path_factory):
     return get
 
 @pytest.fixture(scope='session')
+def peaky(tmp_path_factory):
+    """A tiny checkpoint whose logits are far apart (its final norm scaled up), so that last-bit differences (a compiled step, a batch of
+    another size) cannot flip a token: for tests that compare tokens across arithmetic that is equal only to rounding."""
+    path = make_tiny(tmp_path_factory.mktemp('peaky'), 'llama_tied_gqa', seed=3)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path)
+    with torch.no_grad(): model.model.norm.weight.mul_(12)
+    model.save_pretrained(path)
+    return path
+
+@pytest.fixture(scope='session')
 def default_model() -> Path:
     "The real SmolLM2-135M-Instruct directory, pulled into the cache if needed."
     from nanoserve.pull import pull

@@ -11,15 +11,6 @@ NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
 HOST = ('--cuda-graphs', '--capture-recorder', 'host')
 
 @pytest.fixture(scope='module')
-def peaky(tmp_path_factory):
-    "A tiny checkpoint whose logits are far apart (final norm scaled up), so a compiled step's last-bit differences cannot flip a greedy token."
-    path = make_tiny(tmp_path_factory.mktemp('peaky'), 'llama_tied_gqa', seed=3)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path)
-    with torch.no_grad(): model.model.norm.weight.mul_(12)
-    model.save_pretrained(path)
-    return path
-
-@pytest.fixture(scope='module')
 def long_tiny(tmp_path_factory):
     "A tiny checkpoint with a 2048-token context, for the deployments of the acceptance list."
     path = tmp_path_factory.mktemp('long')
@@ -88,14 +79,14 @@ def test_limit_deployments_through_serve(long_tiny):
                                                (dict(warm_rows=2), 'max_model_len', 2048), (dict(capture_limit=200), 'max_model_len', 2048)])
 def test_each_ceiling_through_build_engine(long_tiny, flags, bound, width):
     eng = build_engine(long_tiny, max_batch_size=16, max_model_len=2048, capture_recorder='host', bucket_decode=True, persist_inputs=True,
-                       capture_decode=True, warm=False, **flags)
+                       capture_decode=True, warm=False, persistent_batch=False, **flags)
     assert (eng.boot.plan.width_bound_by, eng.boot.plan.max_width) == (bound, width)
     assert f'width bound by {bound}' in '\n'.join(boot_lines(eng, 'tiny'))
     check_boot_info(boot_info(eng, 'tiny'), eng)
 
 def test_refusals_come_before_the_model_loads_and_a_lying_payload_is_refused(long_tiny):
     "The budget binding is checked on plan_capture in 56_capture_plan (a boot here always has gigabytes free)."
-    capt = dict(capture_recorder='host', bucket_decode=True, persist_inputs=True, capture_decode=True, warm=False)
+    capt = dict(capture_recorder='host', bucket_decode=True, persist_inputs=True, capture_decode=True, warm=False, persistent_batch=False)
     with pytest.raises(CaptureTooSmall, match='capture_limit=3 is below the 5 row buckets'):
         build_engine('/no/such/model', max_batch_size=16, max_model_len=2048, capture_limit=3, **capt)        # refused before the path is read
     eng = build_engine(long_tiny, max_batch_size=16, max_model_len=2048, **capt)

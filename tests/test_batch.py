@@ -1,0 +1,80 @@
+"Day 58, the persistent batch: random arrivals, lengths, aborts and preemptions against the invariants after every step and each request's solo run; and a mixed crowd through a real --cuda-graphs server that replays every decode step."
+import pytest, torch
+from hypothesis import given, settings, HealthCheck, strategies as st
+from nanoserve.engine import Engine
+from nanoserve.sampling import SamplingParams
+from nanoserve.launch import build_engine
+from nanoserve.batch import PersistentBatch
+from nanoserve.loadgen import make_plan
+from nanoserve.graphbench import run_arm, check_same_answers, check_arm_replayed_every_step, check_arm_was_crowded, check_nothing_recorded_while_serving
+
+request = st.fixed_dictionaries({
+    'prompt': st.lists(st.integers(3, 300), min_size=1, max_size=40),
+    'max_tokens': st.integers(1, 24),
+    'arrive': st.integers(0, 12),                          # the step it is added before
+    'abort': st.one_of(st.none(), st.integers(1, 30)),     # the step it is aborted before, if it is still running
+    'temperature': st.sampled_from([0.0, 0.8]),
+    'seed': st.integers(0, 1000)})
+
+@pytest.fixture(scope='module')
+def engines(peaky):
+    path = peaky
+    solo = Engine.build(path, max_batch_size=1, max_model_len=128)
+    # four rows over a pool of 12 blocks (192 tokens): small enough that a crowd preempts; capture on, so a scattered step would be counted
+    crowd = build_engine(path, max_batch_size=4, max_model_len=128, num_kv_blocks=12, check_invariants=True, capture_recorder='host',
+                         bucket_decode=True, persist_inputs=True, capture_decode=True, batch=PersistentBatch, device='cpu')
+    return solo, crowd
+
+def solo_run(solo, r):
+    return solo.generate([r['prompt']], SamplingParams(max_tokens=r['max_tokens'], temperature=r['temperature'], seed=r['seed'], ignore_eos=True),
+                         use_tqdm=False)[0].token_ids
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(request, min_size=1, max_size=9))
+def test_invariants_hold_and_outputs_equal_solo(engines, reqs):
+    solo, eng = engines
+    stats0, preempt0 = eng.decode_path.stats, eng.scheduler.num_preemptions
+    pending, ids, done, aborted, step = sorted(range(len(reqs)), key=lambda i: reqs[i]['arrive']), {}, {}, set(), 0
+    while pending or eng.has_unfinished():
+        while pending and reqs[pending[0]]['arrive'] <= step:
+            i = pending.pop(0); r = reqs[i]
+            ids[eng.add_request(r['prompt'], SamplingParams(max_tokens=r['max_tokens'], temperature=r['temperature'], seed=r['seed'],
+                                                            ignore_eos=True))] = i
+        for rid, i in ids.items():
+            if reqs[i]['abort'] == step and eng.abort(rid): aborted.add(i)         # False once it has finished
+        for o in eng.step(): done[o.request_id] = o                    # check_invariants (rows 0..n-1 included) runs inside every step
+        step += 1
+    window = eng.decode_path.stats.since(stats0)
+    assert window.scattered_calls == 0 and window.replays == window.decode_steps       # every decode step replayed
+    for rid, i in ids.items():
+        if i not in aborted: assert done[rid].token_ids == solo_run(solo, reqs[i]), (i, reqs[i])
+    assert eng.cache.pool.num_free == eng.plan.num_blocks and not eng.cache.rows     # nothing leaked
+
+def test_preemption_happens_in_these_examples(engines):
+    "The pool is small enough to preempt: a crowd of long prompts does, and the invariants still hold."
+    _, eng = engines
+    before = eng.scheduler.num_preemptions
+    outs = eng.generate([list(range(5, 45))] * 6, SamplingParams(max_tokens=20, ignore_eos=True), use_tqdm=False)
+    assert eng.scheduler.num_preemptions > before and all(len(o.token_ids) == 20 for o in outs)
+
+def test_mixed_crowd_replays_every_step_through_a_server(tiny):
+    "Acceptance 2: a --cuda-graphs server (persistent batch on by default) replays every decode step of a mixed crowd, answering as eager does."
+    path, small = tiny('llama_tied_gqa'), ('--max-batch-size', '4', '--max-model-len', '256')
+    crowd = make_plan(12, (4, 12), (16, 64), seed=3)
+    eager = run_arm('eager', small, [crowd], path)
+    batched = run_arm('host', small + ('--cuda-graphs', '--capture-recorder', 'host'), [crowd], path)
+    check_arm_was_crowded(batched); check_same_answers(eager, batched)
+    check_arm_replayed_every_step(batched); check_nothing_recorded_while_serving(batched)
+    assert batched.window.scattered_calls == 0 and batched.boot['persistent_batch'] is True
+    without = run_arm('host, no batch', small + ('--cuda-graphs', '--capture-recorder', 'host', '--no-persistent-batch'), [crowd], path)
+    assert without.window.scattered_calls > 0 and without.boot['persistent_batch'] is False       # the same crowd scatters without it
+
+def test_refusals(tiny):
+    from nanoserve.core import ConfigError
+    path = tiny('llama_tied_gqa')
+    with pytest.raises(ConfigError, match="persistent_batch .* needs Day 58's part: pass batch=nanoserve.batch.PersistentBatch"):
+        build_engine(path, capture_recorder='host', bucket_decode=True, persist_inputs=True, capture_decode=True)
+    with pytest.raises(ConfigError, match="needs Day 58's part"): Engine.build(path, persistent_batch=True)
+    with pytest.raises(ValueError, match="mode must be 'eager' or 'lazy'"): PersistentBatch('sometimes')
+    eng = Engine.build(path, persistent_batch=True, batch=PersistentBatch(), check_invariants=True)   # the eager engine can keep it too
+    assert len(eng.generate(['hello', 'abc'], SamplingParams(max_tokens=5), use_tqdm=False)) == 2
