@@ -8,13 +8,13 @@ Arms, one after another in this one run: eager; `--cuda-graphs` with a cold comp
 Each server is started unpinned (as `make serve` starts it), timed from the spawn to the first /health 200, then sent one
 streaming completion (a 32-token prompt, greedy, `ignore_eos`) whose first token, second token and end are timed.
 """
-import argparse, csv, json, sys, tempfile, time
+import argparse, json, sys, tempfile, time
 from pathlib import Path
 import httpx
 from nanoserve.pull import resolve_model
 from nanoserve.loadgen import spawn_server
 from nanoserve.tokenizer import Tokenizer
-from nanoserve.offline_bench import machine
+from nanoserve.offline_bench import machine, write_csv
 
 def first_request(url: str, name: str, prompt: list[int], max_tokens: int) -> dict:
     "Time one streaming completion: first token, second token, end (ms from the send)."
@@ -49,9 +49,7 @@ def main():
                      'warm_s': secs.get('warm', 0), 'shapes': cg['count'], 'recorded_at_boot': cg['recorded'], 'max_width': cg['max_width'],
                      'width_bound_by': cg['width_bound_by'], **{k: round(v, 1) for k, v in req.items()}, 'machine': machine()})
         print(rows[-1], file=sys.stderr, flush=True)
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, 'w', newline='') as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
+    write_csv(rows, args.csv)
     print(f"machine: {rows[0]['machine']}")
     print(f"{'arm':<26}{'healthy s':>10}{'warm s':>8}{'TTFT ms':>9}{'2nd token ms':>14}{'e2e ms':>9}")
     for r in rows: print(f"{r['arm']:<26}{r['healthy_s']:>10.1f}{r['warm_s']:>8.1f}{r['ttft_ms']:>9.0f}{r['second_token_ms']:>14.0f}{r['e2e_ms']:>9.0f}")

@@ -8,13 +8,12 @@ Day 56 first served), built and stepped on the main thread, and built and steppe
 The capture plan is warmed for one row (`--warm-rows 1`), the only bucket a lone request uses. Reports the median decode step (ms) per engine and thread, and a profile of where the replayed step's
 time goes on each thread (Inductor's own kernels against the GEMMs it calls out to).
 """
-import argparse, csv, statistics, sys, threading, time
-from pathlib import Path
+import argparse, statistics, sys, threading, time
 from torch.profiler import profile, ProfilerActivity
 from nanoserve.pull import resolve_model
 from nanoserve.launch import build_engine
 from nanoserve.sampling import SamplingParams
-from nanoserve.offline_bench import machine
+from nanoserve.offline_bench import machine, write_csv
 
 def decode_steps(eng, prompt, n=33) -> list[float]:
     eng.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
@@ -54,9 +53,7 @@ def main():
     engines = build()
     on_a_thread(lambda: run('built on main, stepped on a second thread', engines))
     run('built and stepped on main', engines)
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, 'w', newline='') as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
+    write_csv(rows, args.csv)
     print(f"machine: {machine()}")
     print(f"{'arm':<42}{'engine':<9}{'step ms p50':>12}{'inductor ms':>13}{'gemm ms':>9}")
     for r in rows: print(f"{r['arm']:<42}{r['engine']:<9}{r['step_ms_p50']:>12.1f}{str(r['inductor_kernels_ms'] and round(r['inductor_kernels_ms'])):>13}{str(r['gemm_ms'] and round(r['gemm_ms'])):>9}")

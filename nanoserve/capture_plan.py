@@ -4,18 +4,17 @@
 
 # %% ../nbs/56_capture_plan.ipynb #84a0282e
 from __future__ import annotations
-import csv
 from dataclasses import dataclass, field
-from pathlib import Path
 from .core import human_bytes
 from .config import ModelConfig, RopeConfig
 from .buckets import WIDTH_STEP, DecodeShape, row_buckets, width_buckets
 from .capture import CaptureError, DEFAULT_CAPTURE_LIMIT, make_recorder
 from .warm import decode_bytes, width_from_budget
+from .offline_bench import write_csv
 
 # %% auto #0
 __all__ = ['CEILINGS', 'SMOLLM2_135M', 'DEPLOYMENTS', 'CaptureTooSmall', 'CapturePlan', 'snap_width', 'snap_or_refuse',
-           'width_from_limit', 'plan_capture', 'bootbench', 'render_bootbench', 'write_bootbench', 'cmd_bench_boot']
+           'width_from_limit', 'plan_capture', 'bootbench', 'render_bootbench', 'cmd_bench_boot']
 
 # %% ../nbs/56_capture_plan.ipynb #e83fb7c8
 class CaptureTooSmall(CaptureError):
@@ -148,16 +147,10 @@ def render_bootbench(rows: list[dict], limit: int) -> str:
                   f"{r['lazy_captures']:>15}{r['lazy_latency_s']:>8.2f}{r['startup_saved_s']:>17.2f}")
     return '\n'.join(t1 + [''] + t2)
 
-def write_bootbench(rows: list[dict], path: str | Path):
-    "Both tables as one CSV, a row per deployment."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, 'w', newline='') as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
-
 def cmd_bench_boot(args) -> int:
     "`nanoserve bench boot`: print both tables and write the CSV."
     rows = bootbench(limit=args.limit, price_s=args.price, eager_penalty_s=args.eager_penalty)
-    print(render_bootbench(rows, args.limit)); write_bootbench(rows, args.csv)
+    print(render_bootbench(rows, args.limit)); write_csv(rows, args.csv)
     print(f"prices: {args.price * 1e3:.0f} ms a recording, {args.eager_penalty * 1e3:.1f} ms a step run eager past the ceiling; "
           f"arena: the widest kept shape of {SMOLLM2_135M.num_hidden_layers}-layer SmolLM2-135M in float32 (an estimate)\nwrote {args.csv}")
     return 0

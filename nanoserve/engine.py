@@ -14,7 +14,7 @@ from .model import CausalLM, load_model
 from .weights import weight_bytes
 from .generate import RequestError, make_generator, stop_ids_for
 from .request import Request, RequestStatus
-from .kvcache import KVCache, KVPoolPlan, plan_kv_pool, check_invariants
+from .kvcache import KVCache, plan_kv_pool, check_invariants
 from .sampling import SamplingParams, check_request
 from .scheduler import Scheduler
 from .runner import ModelRunner

@@ -4,7 +4,7 @@
 
 # %% ../nbs/57_graphbench.ipynb #5bf67207
 from __future__ import annotations
-import csv, math, time
+import math, time
 from dataclasses import dataclass, replace
 from pathlib import Path
 import httpx, torch
@@ -13,17 +13,17 @@ from .sampling import SamplingParams
 from .kvcache import KVCache, plan_kv_pool
 from .scheduler import Scheduler
 from .capture import CaptureStats, ReplaysDoNotDominate, rows_are_a_prefix, check_replays_dominate
-from .loadgen import ClientPlan, LoadRun, LoadgenError, make_plan, run_plan, spawn_server, parse_lengths
+from .loadgen import ClientPlan, LoadRun, LoadgenError, make_plan, run_plan, spawn_server
 from .loadreport import LoadReport, read_concurrency
 from .servebench import Regression, Inconclusive, inconclusive_reasons, served_model
 from .capture_plan import SMOLLM2_135M
-from .offline_bench import machine
+from .offline_bench import machine, write_csv
 
 # %% auto #0
 __all__ = ['COVERAGE_CASES', 'ARMS', 'ArmReport', 'ArmDelta', 'wait_idle', 'run_arm', 'check_same_answers',
            'check_arm_was_crowded', 'check_arm_replayed', 'check_arm_replayed_every_step',
            'check_nothing_recorded_while_serving', 'check_arms_comparable', 'check_tail_not_worse', 'check_report',
-           'graph_checks', 'coverage', 'coverage_table', 'write_rows', 'bench_graph', 'plot_graph', 'add_graph_flags',
+           'graph_checks', 'coverage', 'coverage_table', 'bench_graph', 'plot_graph', 'add_graph_flags',
            'cmd_bench_graph']
 
 # %% ../nbs/57_graphbench.ipynb #b65a410e
@@ -209,11 +209,6 @@ def coverage_table(rows: list[dict]) -> str:
     out += [f"{r['slots']:>6}{r['requests']:>9}{r['lengths']:>12}{r['decode_steps']:>14}{r['replayed']:>10}{r['scattered']:>11}{r['share']:>8.0%}" for r in rows]
     return '\n'.join(out)
 
-def write_rows(rows: list[dict], path) -> Path:
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, 'w', newline='') as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
-    return path
 
 # %% ../nbs/57_graphbench.ipynb #2cd8d9a6
 ARMS = {'eager': (), 'compile': ('--cuda-graphs', '--capture-recorder', 'compile'), 'cuda_graph': ('--cuda-graphs', '--capture-recorder', 'cuda_graph'),
@@ -263,7 +258,8 @@ def cmd_bench_graph(args, batch=None) -> int:
     "`nanoserve bench graph`: the coverage table (`batch`: the persistent batch's part, which the command line passes), or the arms with the seven checks."
     if args.coverage:
         rows = [coverage(*c, batch=batch and batch()) for c in COVERAGE_CASES]
-        print(coverage_table(rows)); print(f"wrote {write_rows(rows, args.csv or 'bench/results/graphbench_coverage.csv')}")
+        out = args.csv or 'bench/results/graphbench_coverage.csv'
+        print(coverage_table(rows)); write_csv(rows, out); print(f"wrote {out}")
         return 0
     import shlex, sys
     from nanoserve.pull import resolve_model
@@ -273,7 +269,7 @@ def cmd_bench_graph(args, batch=None) -> int:
     reports, rows = bench_graph(path, arms, [float(r) for r in args.rates.split(',')], args.num_requests, serve_args=shlex.split(args.serve_args),
                                 cpus=args.cpus, log=lambda m: print(m, file=sys.stderr, flush=True))
     out = Path(args.csv or 'bench/results/graphbench.csv')
-    write_rows(rows, out); plot_graph(rows, out.with_suffix('.png'), f"{Path(path).name}: ITL by arm")
+    write_csv(rows, out); plot_graph(rows, out.with_suffix('.png'), f"{Path(path).name}: ITL by arm")
     print(rows[0]['machine'])
     print(f"{'arm':<12}{'rate':>6}{'ITL p50 ms':>12}{'ITL p99 ms':>12}{'replay share':>14}{'reuse':>8}")
     for r in rows:

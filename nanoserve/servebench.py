@@ -86,7 +86,7 @@ def inconclusive_reasons(a: LoadRun, b: LoadRun, min_completed: int = 8, same_se
 
 # %% ../nbs/42_servebench.ipynb #9f7757d0
 METRICS = {'output_throughput': lambda r: 1 / r.output_throughput, 'ttft_p50': lambda r: r.ttft.p50, 'tpot_p50': lambda r: r.tpot.p50,
-           'itl_p50': lambda r: r.itl.p50, 'itl_p99': lambda r: r.itl.p99, 'e2e_p50': lambda r: r.e2e.p50}   # costs: larger is worse (throughput as its inverse)
+           'itl_p50': lambda r: r.itl.p50, 'e2e_p50': lambda r: r.e2e.p50}   # costs: larger is worse (throughput as its inverse)
 
 def compare(a: LoadRun | list[LoadRun], b: LoadRun | list[LoadRun], tolerance: float = 0.2, min_completed: int = 8,
             same_server: bool = False) -> Comparison:

@@ -8,7 +8,7 @@ import torch
 from .core import dtype_name, parse_dtype
 from .config import ModelConfig
 from .buckets import DecodeShape, width_buckets
-from .capture import CapturedDecode, CaptureError, DEFAULT_CAPTURE_LIMIT
+from .capture import CapturedDecode, CaptureError
 
 # %% auto #0
 __all__ = ['warm_decode', 'warm_all', 'decode_bytes', 'width_from_budget']
