@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from .core import ConfigError, parse_dtype, dtype_name
 from .tokenizer import Tokenizer, IncrementalDetokenizer
+from .fast import speed_up
 from .model import CausalLM, load_model
 from .weights import weight_bytes
 from .generate import RequestError, make_generator, stop_ids_for
@@ -51,6 +52,8 @@ class EngineConfig:
     warm_width: int | None = _flag(None, 'capture widths up to W tokens only (default: up to max_model_len)')
     capture_prefix_rule: bool = _flag(True, "replay only steps whose rows are a prefix (Day 54); off only to show what it guards (Day 57's tests)", hidden=True)
     persistent_batch: bool | None = _flag(None, 'keep running requests in cache rows 0..n-1, in order (Day 58; default: on with capture_decode)')
+    fuse_projections: bool = _flag(True, 'one product for q/k/v and one for gate/up (Day 06)')
+    gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
 
     def __post_init__(self):
         parse_dtype(self.dtype)
@@ -122,9 +125,9 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
     "The model (loaded on `config.device` when given a directory), its tokenizer and its stop ids."
     if isinstance(model, CausalLM):
         if tokenizer is None: raise ConfigError("pass the tokenizer with a loaded model")
-        return model, tokenizer, set(model.config.eos_token_ids) | ({tokenizer.eos_token_id} - {None})
+        return speed_up(model, config.fuse_projections, config.gemv), tokenizer, set(model.config.eos_token_ids) | ({tokenizer.eos_token_id} - {None})
     path = Path(model)
-    model = load_model(path, config.dtype, config.device, max_positions=config.max_model_len)
+    model = speed_up(load_model(path, config.dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv)
     tokenizer = tokenizer or Tokenizer.from_dir(path)
     return model, tokenizer, stop_ids_for(path, model, tokenizer)
 
