@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument('--batch1-requests', type=int, default=2, help='requests run at batch 1 against the bandwidth ceiling (0 = skip)')
     o.add_argument('--compare-transformers', action='store_true', help='run the workload through transformers.generate too')
     o.add_argument('--hf-batch-size', type=int, default=32)
+    o.add_argument('--compare-vllm', action='store_true', help="run the workload through vLLM's offline LLM.generate too, from its own venv")
+    o.add_argument('--vllm-venv', default='/work/peers/vllm', help='the venv bench/peers/install_vllm.sh made (default /work/peers/vllm)')
     o.add_argument('--seed', type=int, default=0)
     o.add_argument('--csv', default='bench/results/offline.csv', help='where to write the results')
     add_engine_flags(o, skip=('dtype',))
@@ -135,7 +137,8 @@ def cmd_bench(args) -> int:
     if args.bench != 'offline':
         from nanoserve.servebench import cmd_bench_serve, cmd_bench_compare
         return {'serve': cmd_bench_serve, 'compare': cmd_bench_compare}[args.bench](args)
-    from nanoserve.offline_bench import (make_workload, run_nanoserve, run_transformers, ceilings, write_csv, machine, asdict)
+    from nanoserve.offline_bench import (make_workload, run_nanoserve, run_transformers, run_vllm, ceilings, write_csv, machine, asdict)
+    from pathlib import Path
     from nanoserve.pull import resolve_model
     from nanoserve.launch import build_engine, config_from_args
     from nanoserve.batch import PersistentBatch
@@ -153,9 +156,10 @@ def cmd_bench(args) -> int:
             w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
             r1 = asdict(run_nanoserve(one, w1)); r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
             rows.append(r1)
-        if args.compare_transformers:
-            del engine
-            rows.append(asdict(run_transformers(path, dtype, w, args.hf_batch_size)))
+        if args.compare_transformers or args.compare_vllm: engine = one = None     # free the model before a peer loads its own
+        if args.compare_transformers: rows.append(asdict(run_transformers(path, dtype, w, args.hf_batch_size)))
+        if args.compare_vllm:
+            rows.append(asdict(run_vllm(Path(args.vllm_venv)/'bin'/'python', path, dtype, w, args.max_batch_size, args.max_model_len or 2048)))
         print(f"[{dtype} done]", file=sys.stderr, flush=True)
     write_csv(rows, args.csv)
     print(f"machine: {machine()}; {args.num_requests} requests, prompts {lo}-{hi} tokens, {args.output_len} output tokens each")
@@ -166,8 +170,8 @@ def cmd_bench(args) -> int:
               f"{(r['step_ms_p50'] or 0):>13.1f}{'' if share is None else f'{share:.0%}':>12}")
     for dtype in args.dtypes.split(','):
         ours = next(r for r in rows if r['dtype'] == dtype and r['engine'] == 'nanoserve' and r['batch'] == args.max_batch_size)
-        if hf := next((r for r in rows if r['dtype'] == dtype and r['engine'] == 'transformers.generate'), None):
-            print(f"{dtype}: nanoserve / transformers = {ours['output_tok_s'] / hf['output_tok_s']:.2f}x")
+        for peer in (r for r in rows if r['dtype'] == dtype and r['engine'] != 'nanoserve'):
+            print(f"{dtype}: nanoserve / {peer['engine']} = {ours['output_tok_s'] / peer['output_tok_s']:.2f}x")
     print(f"wrote {args.csv}")
     return 0
 

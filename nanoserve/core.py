@@ -10,7 +10,8 @@ import torch
 
 # %% auto #0
 __all__ = ['CACHE_ENV', 'DTYPES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError', 'ModelNotFound', 'PullError',
-           'cache_dir', 'parse_dtype', 'dtype_name', 'sha256_file', 'human_bytes']
+           'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags', 'auto_dtype', 'resolve_dtype', 'sha256_file',
+           'human_bytes']
 
 # %% ../nbs/00_core.ipynb #2b605166
 class NanoserveError(Exception):
@@ -55,6 +56,29 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
 def dtype_name(dtype: torch.dtype) -> str:
     "The canonical name of a supported dtype ('float32', 'bfloat16', 'float16')."
     return str(parse_dtype(dtype)).removeprefix('torch.')
+
+# %% ../nbs/00_core.ipynb #a2c71ab4
+def cpu_flags() -> set[str]:
+    "The CPU's feature flags from /proc/cpuinfo (empty where there is none)."
+    try:
+        for line in open('/proc/cpuinfo'):
+            if line.startswith('flags'): return set(line.split(':', 1)[1].split())
+    except OSError: pass
+    return set()
+
+def auto_dtype(device: str = 'cpu', flags: set[str] | None = None) -> tuple[str, str]:
+    "(dtype name, why) for `dtype='auto'` on `device`: bfloat16 where the hardware computes it natively, else float32 (CPU) or float16 (CUDA)."
+    if torch.device(device).type == 'cuda':
+        return ('bfloat16', 'the CUDA device supports bfloat16') if torch.cuda.is_bf16_supported() else ('float16', 'the CUDA device has no bfloat16')
+    flags = cpu_flags() if flags is None else flags
+    if native := [f for f in ('amx_bf16', 'avx512_bf16') if f in flags]:
+        return 'bfloat16', f"the CPU has {' and '.join(native)} (native bfloat16 products)"
+    return 'float32', 'the CPU has neither avx512_bf16 nor amx_bf16 (bfloat16 products would be emulated)'
+
+def resolve_dtype(dtype: str, device: str = 'cpu') -> tuple[str, str]:
+    "(canonical dtype name, why): 'auto' chosen by the machine, any other name as asked."
+    if dtype == 'auto': return auto_dtype(device)
+    return dtype_name(parse_dtype(dtype)), 'asked for (--dtype)'
 
 # %% ../nbs/00_core.ipynb #da5606e9
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

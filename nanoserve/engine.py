@@ -8,7 +8,7 @@ import itertools, time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 import torch
-from .core import ConfigError, parse_dtype, dtype_name
+from .core import ConfigError, parse_dtype, dtype_name, resolve_dtype
 from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .fast import speed_up
 from .model import CausalLM, load_model
@@ -31,7 +31,7 @@ def _flag(default, help: str, hidden: bool = False):
 @dataclass(frozen=True)
 class EngineConfig:
     "How the engine runs a model. Every field is also a flag of `generate`, `serve` and `bench offline` (written by Day 56)."
-    dtype: str = _flag('float32', 'float32, bfloat16 or float16')
+    dtype: str = _flag('auto', 'float32, bfloat16, float16, or auto: bfloat16 where the CPU has avx512_bf16 or amx_bf16, else float32 (Day 00)')
     device: str | None = _flag(None, 'cpu or cuda (default: cuda when available, else cpu)')
     max_batch_size: int = _flag(32, 'cache rows: requests running at once')
     max_num_batched_tokens: int = _flag(512, 'token budget per step')
@@ -56,7 +56,7 @@ class EngineConfig:
     gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
 
     def __post_init__(self):
-        parse_dtype(self.dtype)
+        if self.dtype != 'auto': parse_dtype(self.dtype)
         if self.device is None: object.__setattr__(self, 'device', 'cuda' if torch.cuda.is_available() else 'cpu')
         try: dev = torch.device(self.device)
         except (RuntimeError, TypeError): raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}") from None
@@ -85,6 +85,11 @@ class EngineConfig:
         if (self.capture_recorder is not None or not self.warm or not self.capture_prefix_rule) and not self.capture_decode:
             raise ConfigError("capture_recorder, warm=False and capture_prefix_rule=False (--capture-recorder, --no-warm) say how the decode is "
                               "recorded, and capture is off: add --cuda-graphs (capture_decode with bucket_decode and persist_inputs), or drop them")
+
+    @property
+    def model_dtype(self) -> str:
+        "The dtype a model loaded under this config gets: `dtype`, or the machine's choice for 'auto' (`resolve_dtype`, Day 00)."
+        return resolve_dtype(self.dtype, self.device)[0]
 
     @property
     def uses_persistent_batch(self) -> bool:
@@ -125,9 +130,12 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
     "The model (loaded on `config.device` when given a directory), its tokenizer and its stop ids."
     if isinstance(model, CausalLM):
         if tokenizer is None: raise ConfigError("pass the tokenizer with a loaded model")
+        if not hasattr(model, 'dtype_reason'): model.dtype_reason = 'the model was loaded before the engine'   # its dtype wins over config.dtype
         return speed_up(model, config.fuse_projections, config.gemv), tokenizer, set(model.config.eos_token_ids) | ({tokenizer.eos_token_id} - {None})
     path = Path(model)
-    model = speed_up(load_model(path, config.dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv)
+    dtype, why = resolve_dtype(config.dtype, config.device)
+    model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv)
+    model.dtype_reason = why
     tokenizer = tokenizer or Tokenizer.from_dir(path)
     return model, tokenizer, stop_ids_for(path, model, tokenizer)
 
@@ -136,7 +144,7 @@ def make_cache(model: CausalLM, config: EngineConfig) -> KVCache:
     cfg = model.config
     max_len = config.max_model_len or min(cfg.max_model_len, 2048)
     if max_len > cfg.max_model_len: raise ConfigError(f"max_model_len={max_len} exceeds the model's context of {cfg.max_model_len}")
-    plan = plan_kv_pool(cfg, config.dtype, config.device, config.block_size, max_len, config.max_batch_size, weight_bytes(model),
+    plan = plan_kv_pool(cfg, dtype_name(model.dtype), config.device, config.block_size, max_len, config.max_batch_size, weight_bytes(model),
                         config.kv_cache_gb, config.num_kv_blocks)
     return KVCache(cfg, plan, config.max_batch_size, max_len)
 

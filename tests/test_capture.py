@@ -63,7 +63,7 @@ def test_engine_with_capture_equals_eager(tiny, recorder, warm):
     path = tiny('llama_tied_gqa')
     prompts = [list(range(5, 5 + n)) for n in (3, 40, 7, 150, 12, 90, 33)]
     params = [SamplingParams(max_tokens=m, ignore_eos=True, temperature=t, seed=i) for i, (m, t) in enumerate(zip((20, 60, 9, 30, 45, 12, 25), (0, 0.8) * 4))]
-    want = [o.token_ids for o in Engine.build(path, max_batch_size=4, max_model_len=512).generate(prompts, params, use_tqdm=False)]
+    want = [o.token_ids for o in Engine.build(path, max_batch_size=4, max_model_len=512, dtype='float32').generate(prompts, params, use_tqdm=False)]
     eng = build_engine(path, max_batch_size=4, max_model_len=512, capture_recorder=recorder, warm=warm, device='cpu', **CAPTURE)
     assert [o.token_ids for o in eng.generate(prompts, params, use_tqdm=False)] == want
     s = eng.decode_path.stats
@@ -73,7 +73,7 @@ def test_engine_with_capture_equals_eager(tiny, recorder, warm):
 def crowd_bug(path, prefix_rule):
     prompts = [list(range(5, 25)), list(range(7, 17))]
     params = [SamplingParams(max_tokens=4, ignore_eos=True, temperature=0), SamplingParams(max_tokens=40, ignore_eos=True, temperature=0)]
-    want = [o.token_ids for o in Engine.build(path, max_batch_size=2, max_model_len=512).generate(prompts, params, use_tqdm=False)]
+    want = [o.token_ids for o in Engine.build(path, max_batch_size=2, max_model_len=512, dtype='float32').generate(prompts, params, use_tqdm=False)]
     eng = build_engine(path, max_batch_size=2, max_model_len=512, capture_recorder='host', **CAPTURE)
     eng.decode_path.prefix_rule = prefix_rule
     return want, [o.token_ids for o in eng.generate(prompts, params, use_tqdm=False)], eng.decode_path.stats
@@ -128,13 +128,13 @@ def test_limit_and_since_refusals(tiny):
 
 def test_capture_alone_is_refused(tiny):
     with pytest.raises(ConfigError, match='capture_decode without bucket_decode and persist_inputs: .* add bucket_decode=True and persist_inputs=True'):
-        Engine.build(tiny('llama_tied_gqa'), max_batch_size=2, capture_decode=True)
+        Engine.build(tiny('llama_tied_gqa'), max_batch_size=2, capture_decode=True, dtype='float32')
 
 def test_cli_capture_flags(tiny):
     import json, subprocess, sys
     from pathlib import Path
     exe, path = str(Path(sys.executable).parent/'nanoserve'), str(tiny('llama_tied_gqa'))
-    base = [exe, 'generate', '--model', path, '--json', '--max-tokens', '24', '--max-batch-size', '4', 'hello world', 'the capital of France']
+    base = [exe, 'generate', '--model', path, '--json', '--dtype', 'float32', '--max-tokens', '24', '--max-batch-size', '4', 'hello world', 'the capital of France']
     want = subprocess.run(base, capture_output=True, text=True, check=True).stdout
     got = subprocess.run(base + ['--bucket-decode', '--persist-inputs', '--capture-decode', '--capture-recorder', 'host'], capture_output=True, text=True)
     assert got.returncode == 0 and [json.loads(l)['token_ids'] for l in got.stdout.splitlines()] == [json.loads(l)['token_ids'] for l in want.splitlines()]

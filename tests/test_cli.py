@@ -55,7 +55,7 @@ def test_prompts_file_runs_as_one_batch_in_input_order(tiny, tmp_path):
     r = run('generate', '--model', str(path), '--json', '--prompts-file', str(f), '--max-batch-size', '2', '--num-kv-blocks', '64')
     rows = [json.loads(l) for l in r.stdout.splitlines()]
     assert [x['prompt'] for x in rows] == [l['prompt'] for l in lines]
-    engine = Engine.build(path)
+    engine = Engine.build(path, dtype='float32')
     want = engine.generate([l['prompt'] for l in lines], [SamplingParams(**{'temperature': 0.0, **{k: v for k, v in l.items() if k != 'prompt'}}) for l in lines], use_tqdm=False)
     assert [x['token_ids'] for x in rows] == [o.token_ids for o in want]
 

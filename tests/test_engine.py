@@ -20,14 +20,14 @@ def run(engine, prompts, params):
 
 @pytest.mark.parametrize('kind', ['llama_tied_gqa', 'qwen2_bias'])
 def test_engine_greedy_equals_reference_tiny(tiny, kind):
-    engine = Engine.build(tiny(kind), max_batch_size=4, max_num_batched_tokens=64, check_invariants=True)
+    engine = Engine.build(tiny(kind), max_batch_size=4, max_num_batched_tokens=64, check_invariants=True, dtype='float32')
     ps = prompts16(engine.model.config.vocab_size)
     outs = run(engine, ps, SamplingParams(temperature=0, max_tokens=24))
     for p, o in zip(ps, outs):
         assert o.token_ids == generate_ids(engine.model, p, SampleSpec(max_tokens=24))[0]
 
 def test_engine_greedy_equals_reference_default_model(default_model):
-    engine = Engine.build(default_model, max_batch_size=4, check_invariants=True)
+    engine = Engine.build(default_model, max_batch_size=4, check_invariants=True, dtype='float32')
     questions = ["What is the capital of France?", "Name a colour.", "Count to five.", "What is 2+2?",
                  "Write a haiku about rain.", "Who wrote Hamlet?", "Say hello in Spanish.", "What is water made of?",
                  "Give me a fruit.", "What day comes after Monday?", "Describe the sun in one sentence.", "What is a cat?",
@@ -68,7 +68,7 @@ def test_seeded_sampling_is_batch_invariant_default_model(default_model):
     assert alone == crowd == reverse
 
 def test_same_seed_same_text_different_seed_differs(tiny):
-    engine = Engine.build(tiny('llama_tied_gqa'), batch_invariant=True)
+    engine = Engine.build(tiny('llama_tied_gqa'), batch_invariant=True, dtype='float32')
     p = prompts16(320)[6]
     a, b, c = run(engine, [p, p, p], [seeded(1), seeded(1), seeded(2)])
     assert a.logprobs == b.logprobs
@@ -80,8 +80,8 @@ def test_preemption_gives_the_unconstrained_output(tiny):
     path = tiny('llama_untied_mha')
     ps = prompts16(320, seed=3)
     params = [SamplingParams(temperature=0, max_tokens=20) if i % 2 else seeded(i) for i in range(16)]
-    free = run(Engine.build(path, batch_invariant=True, max_batch_size=16, max_model_len=128), ps, params)
-    tight = Engine.build(path, batch_invariant=True, check_invariants=True, max_batch_size=16, max_model_len=128, num_kv_blocks=12, block_size=16)
+    free = run(Engine.build(path, batch_invariant=True, max_batch_size=16, max_model_len=128, dtype='float32'), ps, params)
+    tight = Engine.build(path, batch_invariant=True, check_invariants=True, max_batch_size=16, max_model_len=128, num_kv_blocks=12, block_size=16, dtype='float32')
     got = run(tight, ps, params)
     assert tight.scheduler.num_preemptions > 0 and any(o.num_preemptions for o in got)
     assert [o.token_ids for o in got] == [o.token_ids for o in free]
@@ -91,8 +91,8 @@ def test_preemption_fast_path_greedy(tiny):
     path = tiny('llama_tied_gqa')
     ps = prompts16(320, seed=4)
     g = SamplingParams(temperature=0, max_tokens=20)
-    free = run(Engine.build(path, max_batch_size=16, max_model_len=128), ps, g)
-    tight = Engine.build(path, check_invariants=True, max_batch_size=16, max_model_len=128, num_kv_blocks=12)
+    free = run(Engine.build(path, max_batch_size=16, max_model_len=128, dtype='float32'), ps, g)
+    tight = Engine.build(path, check_invariants=True, max_batch_size=16, max_model_len=128, num_kv_blocks=12, dtype='float32')
     assert [o.token_ids for o in run(tight, ps, g)] == [o.token_ids for o in free]
     assert tight.scheduler.num_preemptions > 0
 
@@ -103,8 +103,8 @@ def test_chunked_prefill_equals_unchunked(tiny, invariant):
     path = tiny('llama3_rope')
     long = prompts16(320, seed=9)[-1] * 3                       # 240 tokens
     g = SamplingParams(temperature=0, max_tokens=16)
-    whole = Engine.build(path, max_num_batched_tokens=512, batch_invariant=invariant)
-    chunked = Engine.build(path, max_num_batched_tokens=50, batch_invariant=invariant, check_invariants=True)
+    whole = Engine.build(path, max_num_batched_tokens=512, batch_invariant=invariant, dtype='float32')
+    chunked = Engine.build(path, max_num_batched_tokens=50, batch_invariant=invariant, check_invariants=True, dtype='float32')
     sizes = []
     orig = chunked.scheduler.schedule
     def spy():
@@ -126,13 +126,13 @@ def test_chunked_prefill_equals_unchunked(tiny, invariant):
     ('hi', dict(stop_token_ids=[320]), 'stop_token_ids [320] are not in the vocabulary'),
 ])
 def test_bad_requests_change_nothing(tiny, prompt, params, message):
-    engine = Engine.build(tiny('llama_tied_gqa'), max_model_len=128)
+    engine = Engine.build(tiny('llama_tied_gqa'), max_model_len=128, dtype='float32')
     with pytest.raises(RequestError, match=message.replace('(', r'\(').replace(')', r'\)').replace('[', r'\[').replace(']', r'\]')):
         engine.generate(['fine', prompt], params if isinstance(params, SamplingParams) else SamplingParams(**params), use_tqdm=False)
     assert not engine.scheduler.requests and not engine.scheduler.waiting and engine.cache.pool.num_free == engine.plan.num_blocks
 
 def test_abort_frees_blocks(tiny):
-    engine = Engine.build(tiny('llama_tied_gqa'), check_invariants=True)
+    engine = Engine.build(tiny('llama_tied_gqa'), check_invariants=True, dtype='float32')
     rids = [engine.add_request(p, SamplingParams(max_tokens=50, seed=1)) for p in prompts16(320)[:6]]
     for _ in range(3): engine.step()
     assert engine.cache.pool.num_free < engine.plan.num_blocks
@@ -141,7 +141,7 @@ def test_abort_frees_blocks(tiny):
 
 def test_engine_seeded_sampling_equals_reference(tiny):
     "The engine's sampler draws what the reference draws for the same seed (temperature, top-k, top-p)."
-    engine = Engine.build(tiny('llama_tied_gqa'), max_batch_size=4)
+    engine = Engine.build(tiny('llama_tied_gqa'), max_batch_size=4, dtype='float32')
     ps = prompts16(320, seed=8)[4:10]
     specs = [SampleSpec(max_tokens=16, temperature=t, top_k=k, top_p=p, seed=40 + i)
              for i, (t, k, p) in enumerate([(1.0, 0, 1.0), (0.7, 20, 1.0), (1.2, 0, 0.9), (0.9, 50, 0.8), (1.0, 5, 1.0), (0.5, 0, 0.5)])]

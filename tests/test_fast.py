@@ -67,7 +67,7 @@ def test_speed_up_refuses_other_settings_on_the_same_model(tiny):
 def test_flags_turn_each_change_off(tiny):
     "`--no-fuse-projections --no-gemv` are flags of generate; the text is the same either way (float32, a peaky-enough prompt)."
     path = str(tiny('llama_tied_gqa'))
-    run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--max-tokens', '8', *f, 'hello'],
+    run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--dtype', 'float32', '--max-tokens', '8', *f, 'hello'],
                                                capture_output=True, text=True, check=True).stdout)
     a, b = run(), run('--no-fuse-projections', '--no-gemv')
     assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b

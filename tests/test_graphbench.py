@@ -23,7 +23,7 @@ def arms(tiny):
     return {'eager': run_arm('eager', SMALL, PLANS, path), 'host': run_arm('host', HOST, PLANS, path), 'path': path}
 
 def test_health_has_both_halves_and_the_gates_read_it(tiny):
-    with spawn_server(tiny('llama_tied_gqa'), *HOST) as (url, _):
+    with spawn_server(tiny('llama_tied_gqa'), '--dtype', 'float32', *HOST) as (url, _):
         h0 = httpx.get(url + '/health').json()
         run_plan(make_plan(4, 8, 12, seed=1), url, served_model(url), 'crowd')
         h1 = wait_idle(url)

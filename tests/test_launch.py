@@ -26,7 +26,7 @@ def completions(url, prompts, **kw):
 def test_cuda_graphs_server_warms_before_healthy_and_matches_eager(tiny):
     path = tiny('llama_tied_gqa')
     prompts = ['hello world', 'the capital of France', 'abc', 'Paris is']
-    with spawn_server(path, '--max-batch-size', '4', '--served-model-name', 'tiny', *HOST) as (url, _):
+    with spawn_server(path, '--dtype', 'float32', '--max-batch-size', '4', '--served-model-name', 'tiny', *HOST) as (url, _):
         h = httpx.get(url + '/health').json()                    # the first answer it gives: the plan is already recorded
         cg = h['cuda_graphs']
         assert (cg['enabled'], cg['recorder'], cg['warm'], cg['count'], cg['recorded'], cg['width_bound_by']) == (True, 'host', True, 12, 12, 'max_model_len')
@@ -34,7 +34,7 @@ def test_cuda_graphs_server_warms_before_healthy_and_matches_eager(tiny):
         assert 'max_width' not in h and h['stats']['num_running'] == 0 and h['instance']
         got = completions(url, prompts, max_tokens=24, temperature=0.8, seed=5, n=3)      # n=3: three rows decode together
         greedy = completions(url, [[5, 6, 7, 8]], max_tokens=40, temperature=0)         # token ids in, one row alone
-    with spawn_server(path, '--max-batch-size', '4', '--served-model-name', 'tiny') as (url, _):
+    with spawn_server(path, '--dtype', 'float32', '--max-batch-size', '4', '--served-model-name', 'tiny') as (url, _):
         assert httpx.get(url + '/health').json()['cuda_graphs']['enabled'] is False
         assert completions(url, prompts, max_tokens=24, temperature=0.8, seed=5, n=3) == got
         assert completions(url, [[5, 6, 7, 8]], max_tokens=40, temperature=0) == greedy
@@ -42,18 +42,18 @@ def test_cuda_graphs_server_warms_before_healthy_and_matches_eager(tiny):
 def test_compile_recorder_server_matches_eager(peaky):
     "The CPU default recorder (`compile`, chosen by device): one dynamic trace, recorded per shape on top, warmed before serving."
     prompts = ['hello world', 'the capital of France is', 'abc xyz']
-    with spawn_server(peaky, '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu', '--cuda-graphs') as (url, _):
+    with spawn_server(peaky, '--dtype', 'float32', '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu', '--cuda-graphs') as (url, _):
         cg = httpx.get(url + '/health').json()['cuda_graphs']
         assert (cg['recorder'], cg['warm'], cg['count'], cg['recorded']) == ('compile', True, 4, 4)
         got = completions(url, prompts, max_tokens=20, temperature=0, n=2)
-    with spawn_server(peaky, '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu') as (url, _):
+    with spawn_server(peaky, '--dtype', 'float32', '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu') as (url, _):
         assert completions(url, prompts, max_tokens=20, temperature=0, n=2) == got
 
 @contextlib.contextmanager
 def serve_logged(path, *flags):
     "A `nanoserve serve` whose boot log can be read once it is healthy."
     port, log = free_port(), tempfile.TemporaryFile('w+')
-    proc = subprocess.Popen([NANOSERVE, 'serve', '--model', str(path), '--port', str(port), '--served-model-name', 'tiny', *flags],
+    proc = subprocess.Popen([NANOSERVE, 'serve', '--model', str(path), '--dtype', 'float32', '--port', str(port), '--served-model-name', 'tiny', *flags],
                             stdout=log, stderr=subprocess.STDOUT, text=True)
     def text(): log.seek(0); return log.read()
     try:
@@ -106,7 +106,7 @@ def test_bench_boot_prints_both_tables_and_writes_csv(tmp_path):
 def test_generate_and_bench_offline_build_through_launch(tiny, tmp_path):
     "Engine.build refuses the capture flags; these commands take them, so they assemble through launch.build_engine."
     path = str(tiny('llama_tied_gqa'))
-    base = [NANOSERVE, 'generate', '--model', path, '--json', '--max-tokens', '16', '--max-batch-size', '4', 'hello world', 'abc']
+    base = [NANOSERVE, 'generate', '--model', path, '--dtype', 'float32', '--json', '--max-tokens', '16', '--max-batch-size', '4', 'hello world', 'abc']
     want = subprocess.run(base, capture_output=True, text=True, check=True).stdout
     got = subprocess.run(base + list(HOST), capture_output=True, text=True, check=True).stdout
     assert [json.loads(l)['token_ids'] for l in got.splitlines()] == [json.loads(l)['token_ids'] for l in want.splitlines()]
@@ -117,10 +117,10 @@ def test_generate_and_bench_offline_build_through_launch(tiny, tmp_path):
     assert [row['batch'] for row in csv.DictReader(open(tmp_path/'o.csv'))] == ['4', '1']
 
 def test_device_flag(tiny):
-    r = subprocess.run([NANOSERVE, 'serve', '--model', str(tiny('llama_tied_gqa')), '--device', 'tpu'], capture_output=True, text=True)
+    r = subprocess.run([NANOSERVE, 'serve', '--model', str(tiny('llama_tied_gqa')), '--dtype', 'float32', '--device', 'tpu'], capture_output=True, text=True)
     assert r.returncode == 2 and "device must be 'cpu' or 'cuda', got 'tpu'" in r.stderr
     if not torch.cuda.is_available():
-        r = subprocess.run([NANOSERVE, 'generate', '--model', str(tiny('llama_tied_gqa')), '--device', 'cuda', 'hi'], capture_output=True, text=True)
+        r = subprocess.run([NANOSERVE, 'generate', '--model', str(tiny('llama_tied_gqa')), '--dtype', 'float32', '--device', 'cuda', 'hi'], capture_output=True, text=True)
         assert r.returncode == 2 and 'use --device cpu' in r.stderr
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,3 +154,21 @@ def test_imports_point_down_the_module_map():
     same = [(m, i) for m in days for i in imports_of(ROOT/'nanoserve'/f'{m}.py') if i in days and days[i] == days[m] and m in imports_of(ROOT/'nanoserve'/f'{i}.py')]
     assert same == [], f"import cycles: {same}"
     assert 'cli' not in imports_of(ROOT/'nanoserve'/'serve.py') and 'cli' not in imports_of(ROOT/'nanoserve'/'launch.py')
+
+def test_default_dtype_is_the_machines_and_says_why(tiny):
+    "No --dtype: the machine's choice (bfloat16 with avx512_bf16 or amx_bf16, else float32), named with its reason on /health and the boot line."
+    from nanoserve.core import auto_dtype, cpu_flags
+    path = tiny('llama_tied_gqa')
+    want, why = auto_dtype('cpu')
+    assert want == ('bfloat16' if {'avx512_bf16', 'amx_bf16'} & cpu_flags() else 'float32')
+    with spawn_server(path, '--max-batch-size', '2', '--device', 'cpu', '--served-model-name', 'tiny') as (url, _):
+        h = httpx.get(url + '/health').json()
+        assert (h['dtype'], h['dtype_reason']) == (want, why)
+        assert completions(url, ['hello'], max_tokens=4, temperature=0)[0][0] is not None
+    with spawn_server(path, '--max-batch-size', '2', '--device', 'cpu', '--dtype', 'float16') as (url, _):
+        h = httpx.get(url + '/health').json()
+        assert (h['dtype'], h['dtype_reason']) == ('float16', 'asked for (--dtype)')
+    eng = build_engine(path, max_batch_size=2, device='cpu')
+    assert f"{want} ({why})" in boot_lines(eng, 'tiny')[0] and str(eng.model.dtype) == f'torch.{want}' and eng.cache.k.dtype == eng.model.dtype
+    r = subprocess.run([NANOSERVE, 'generate', '--model', str(path), '--dtype', 'int4', 'hi'], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown dtype 'int4'" in r.stderr

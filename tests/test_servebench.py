@@ -25,7 +25,7 @@ def model(tiny, tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def server(model):
-    with spawn_server(model, '--max-batch-size', '16', '--served-model-name', 'tiny') as (url, _): yield url
+    with spawn_server(model, '--dtype', 'float32', '--max-batch-size', '16', '--served-model-name', 'tiny') as (url, _): yield url
 
 @pytest.fixture(scope='module')
 def plan(model):
@@ -35,7 +35,7 @@ def plan(model):
 @pytest.fixture(scope='module')
 def offline(model, plan):
     "The offline engine's texts for the plan's prompts and seeds."
-    eng = Engine.build(model, max_batch_size=16)
+    eng = Engine.build(model, max_batch_size=16, dtype='float32')
     outs = eng.generate([q.prompt for q in plan.requests], [SamplingParams(temperature=q.temperature, seed=q.seed, max_tokens=q.max_tokens,
                         ignore_eos=True) for q in plan.requests], use_tqdm=False)
     return [o.text for o in outs], [len(o.prompt_token_ids) for o in outs]
@@ -72,7 +72,7 @@ def test_open_loop_at_two_rates(server, plan, offline, rate):
 def test_chat_crowd_matches_offline(server, model):
     plan = make_plan(8, (4, 12), 12, kind='chat', seed=2, temperature=0.7)
     run = run_plan(plan, server, 'tiny', 'crowd', max_concurrency=3)
-    eng = Engine.build(model, max_batch_size=8)
+    eng = Engine.build(model, max_batch_size=8, dtype='float32')
     outs = eng.generate([[{'role': 'user', 'content': q.prompt}] for q in plan.requests],
                         [SamplingParams(temperature=0.7, seed=q.seed, max_tokens=12, ignore_eos=True) for q in plan.requests], use_tqdm=False)
     assert run.texts == [o.text for o in outs]
@@ -140,7 +140,7 @@ def test_refusals(same_server_runs, model):
         compare(a[0], replace(b[0], server_before='0123', server_after='0123'), same_server=True)
     failed = replace(b[0], records=[replace(r, error='HTTP 500: boom') if r.index == 0 else r for r in b[0].records])
     with pytest.raises(Inconclusive, match='B has 1 failed requests'): compare(a[0], failed)
-    with spawn_server(model, '--max-batch-size', '1') as (url, _):
+    with spawn_server(model, '--dtype', 'float32', '--max-batch-size', '1') as (url, _):
         serial = run_plan(plan, url, served_model(url), 'crowd', watch_interval=0.05)
     assert read_concurrency(serial.records, serial.watch).verdict == 'serialised'
     with pytest.raises(Inconclusive, match='B asked for a crowd but it was never crowded: serialised') as e: compare(a[0], serial)
@@ -150,7 +150,7 @@ def test_a_restart_changes_the_identity(model, server):
     import asyncio, httpx
     async def ident(url):
         async with httpx.AsyncClient(base_url=url) as c: return await server_identity(c)
-    with spawn_server(model) as (other, _): assert asyncio.run(ident(other)) != asyncio.run(ident(server)) is not None
+    with spawn_server(model, '--dtype', 'float32') as (other, _): assert asyncio.run(ident(other)) != asyncio.run(ident(server)) is not None
 
 def test_cli_bench_serve_and_compare(model, tmp_path):
     "40 tokens a request: a crowd long enough for a 50 ms watcher to see it running (with 10, one crowd was over between two readings)."

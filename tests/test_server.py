@@ -13,7 +13,7 @@ def free_port():
 
 def start(model, *flags):
     port = free_port()
-    proc = subprocess.Popen([NANOSERVE, 'serve', '--model', str(model), '--port', str(port), *flags],
+    proc = subprocess.Popen([NANOSERVE, 'serve', '--model', str(model), '--dtype', 'float32', '--port', str(port), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url, t0 = f'http://127.0.0.1:{port}', time.monotonic()
     while True:
@@ -38,7 +38,7 @@ def stats(url): return httpx.get(url + '/health').json()['stats']
 def test_openai_client_matches_offline_engine(server):
     path, url = server
     client = openai.OpenAI(base_url=url + '/v1', api_key='none')
-    offline = Engine.build(path)
+    offline = Engine.build(path, dtype='float32')
     want = offline.generate(['the capital of'], SamplingParams(max_tokens=12, temperature=0.8, seed=7), use_tqdm=False)[0]
     r = client.completions.create(model='tiny', prompt='the capital of', max_tokens=12, temperature=0.8, seed=7)
     assert r.choices[0].text == want.text and r.choices[0].finish_reason == want.finish_reason
@@ -78,7 +78,7 @@ def test_32_concurrent_streams_then_pool_is_full(server):
         return text
     async def main(): return await asyncio.gather(*(one(i) for i in range(32)))
     got = asyncio.run(main())
-    want = Engine.build(path).generate(prompts, [SamplingParams(max_tokens=4 + i % 13, seed=i, temperature=0.7) for i in range(32)], use_tqdm=False)
+    want = Engine.build(path, dtype='float32').generate(prompts, [SamplingParams(max_tokens=4 + i % 13, seed=i, temperature=0.7) for i in range(32)], use_tqdm=False)
     assert got == [w.text for w in want]
     s = stats(url)
     assert (s['num_running'], s['kv_free_blocks']) == (0, s['kv_total_blocks'])
@@ -121,7 +121,7 @@ def test_default_model_chat_streaming_and_not(default_model):
         msgs = [{'role': 'user', 'content': 'What is the capital of France?'}]
         r = client.chat.completions.create(model=name, messages=msgs, max_tokens=48, temperature=0)
         assert 'Paris' in r.choices[0].message.content and r.choices[0].finish_reason == 'stop'
-        offline = Engine.build(default_model).generate([msgs], SamplingParams(max_tokens=48, temperature=0.7, seed=3), use_tqdm=False)[0]
+        offline = Engine.build(default_model, dtype='float32').generate([msgs], SamplingParams(max_tokens=48, temperature=0.7, seed=3), use_tqdm=False)[0]
         r = client.chat.completions.create(model=name, messages=msgs, max_tokens=48, temperature=0.7, seed=3)
         assert r.choices[0].message.content == offline.text
         assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(offline.prompt_token_ids), len(offline.token_ids))

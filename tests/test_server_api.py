@@ -7,7 +7,7 @@ from nanoserve.sampling import SamplingParams
 
 @pytest.fixture(scope='module')
 def app(tiny):
-    app, aeng = build_app(str(tiny('llama_tied_gqa')), served_model_name='tiny', max_batch_size=8)
+    app, aeng = build_app(str(tiny('llama_tied_gqa')), served_model_name='tiny', max_batch_size=8, dtype='float32')
     yield app
     aeng.shutdown()
 
@@ -19,7 +19,7 @@ def post(app, path, body):
 
 def test_n_choices_use_seed_plus_index(app, tiny):
     r = post(app, '/v1/completions', {'model': 'tiny', 'prompt': 'hello', 'max_tokens': 6, 'n': 3, 'seed': 10, 'temperature': 0.9}).json()
-    want = Engine.build(tiny('llama_tied_gqa')).generate(['hello'] * 3, [SamplingParams(max_tokens=6, seed=10 + i, temperature=0.9) for i in range(3)], use_tqdm=False)
+    want = Engine.build(tiny('llama_tied_gqa'), dtype='float32').generate(['hello'] * 3, [SamplingParams(max_tokens=6, seed=10 + i, temperature=0.9) for i in range(3)], use_tqdm=False)
     assert [c['index'] for c in r['choices']] == [0, 1, 2]
     assert [c['text'] for c in r['choices']] == [w.text for w in want]
     assert r['usage']['completion_tokens'] == sum(len(w.token_ids) for w in want)

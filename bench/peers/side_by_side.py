@@ -17,13 +17,14 @@ from nanoserve.servebench import bench_serve, save_runs
 from nanoserve.pull import resolve_model
 from nanoserve.tokenizer import Tokenizer
 from nanoserve.offline_bench import machine
+from nanoserve.core import auto_dtype
 
 HERE = Path(__file__).resolve().parent
 
 def servers(args, path, name, ncpu):
     "name -> (command builder of a port, extra env)."
     ours = lambda port: nanoserve_command(path, port, '--served-model-name', name, '--max-batch-size', str(args.max_batch_size),
-                                          '--dtype', args.dtype, '--max-model-len', str(args.max_model_len))
+                                          '--dtype', args.dtype, '--max-model-len', str(args.max_model_len), *args.nanoserve_flags.split())
     vllm = lambda port: ['bash', str(HERE/'serve_vllm.sh'), str(path), str(port), '--max-num-seqs', str(args.max_batch_size)]
     return {'nanoserve': (ours, {'OMP_NUM_THREADS': str(ncpu)}),
             'vllm': (vllm, {'SERVED_NAME': name, 'DTYPE': args.dtype, 'MAX_MODEL_LEN': str(args.max_model_len)})}
@@ -38,7 +39,8 @@ def main():
     p.add_argument('--rates', default='1,2,4'); p.add_argument('--seed', type=int, default=0)
     p.add_argument('--max-batch-size', type=int, default=32)
     p.add_argument('--max-model-len', type=int, default=2048)
-    p.add_argument('--dtype', default='float32')
+    p.add_argument('--dtype', default=auto_dtype()[0], help="both servers' dtype (default: nanoserve's auto for this machine, %(default)s)")
+    p.add_argument('--nanoserve-flags', default='', help='extra flags for nanoserve serve, e.g. "--cuda-graphs --warm-rows 4"')
     p.add_argument('--boot-timeout', type=float, default=900)
     p.add_argument('--out', default='bench/results/peers')
     args = p.parse_args()
@@ -72,7 +74,7 @@ def main():
     plot_reports(reports, out/'side_by_side.png', f'{name} {args.dtype}: {plan.name}; server on cpu {args.server_cpus}, client on cpu {args.client_cpus}')
     names = list(runs)
     lines = [f"machine: {mach}", f"plan: {plan.name} (fingerprint {plan.fingerprint}); server cpus {args.server_cpus}, client cpus {args.client_cpus}, "
-             f"{args.dtype}, max batch {args.max_batch_size}", 'boot to healthy: ' + ', '.join(f'{k} {v:.0f} s' for k, v in boots.items()), '',
+             f"{args.dtype}, max batch {args.max_batch_size}, nanoserve flags: {args.nanoserve_flags or 'none'}", 'boot to healthy: ' + ', '.join(f'{k} {v:.0f} s' for k, v in boots.items()), '',
              table(reports), '']
     if len(names) == 2:
         a, b = runs[names[0]], runs[names[1]]
