@@ -161,6 +161,7 @@ def cmd_bench(args) -> int:
         if args.compare_vllm:
             rows.append(asdict(run_vllm(Path(args.vllm_venv)/'bin'/'python', path, dtype, w, args.max_batch_size, args.max_model_len or 2048)))
         print(f"[{dtype} done]", file=sys.stderr, flush=True)
+    for r in rows: r['machine'] = machine()                  # the CPU model and its vector extensions, beside every number
     write_csv(rows, args.csv)
     print(f"machine: {machine()}; {args.num_requests} requests, prompts {lo}-{hi} tokens, {args.output_len} output tokens each")
     print(f"{'engine':<22}{'dtype':<10}{'batch':>6}{'out tok/s':>11}{'step p50 ms':>13}{'of ceiling':>12}")

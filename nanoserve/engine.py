@@ -54,6 +54,7 @@ class EngineConfig:
     persistent_batch: bool | None = _flag(None, 'keep running requests in cache rows 0..n-1, in order (Day 58; default: on with capture_decode)')
     fuse_projections: bool = _flag(True, 'one product for q/k/v and one for gate/up (Day 06)')
     gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
+    pack_weights: bool = _flag(True, "linear weights reordered once for oneDNN (Day 06; CPU, float32 and bfloat16; a second copy of the weights)")
 
     def __post_init__(self):
         if self.dtype != 'auto': parse_dtype(self.dtype)
@@ -131,10 +132,10 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
     if isinstance(model, CausalLM):
         if tokenizer is None: raise ConfigError("pass the tokenizer with a loaded model")
         if not hasattr(model, 'dtype_reason'): model.dtype_reason = 'the model was loaded before the engine'   # its dtype wins over config.dtype
-        return speed_up(model, config.fuse_projections, config.gemv), tokenizer, set(model.config.eos_token_ids) | ({tokenizer.eos_token_id} - {None})
+        return speed_up(model, config.fuse_projections, config.gemv, config.pack_weights), tokenizer, set(model.config.eos_token_ids) | ({tokenizer.eos_token_id} - {None})
     path = Path(model)
     dtype, why = resolve_dtype(config.dtype, config.device)
-    model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv)
+    model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv, config.pack_weights)
     model.dtype_reason = why
     tokenizer = tokenizer or Tokenizer.from_dir(path)
     return model, tokenizer, stop_ids_for(path, model, tokenizer)

@@ -24,7 +24,7 @@ def logits_of(model, ids, steps):
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 def test_default_model_logits_match_the_reference_layers(default_model, dtype):
-    ref, fast = load_model(default_model, dtype), speed_up(load_model(default_model, dtype))
+    ref, fast = load_model(default_model, dtype), speed_up(load_model(default_model, dtype), pack=True)
     assert isinstance(fast.model.layers[0].self_attn, FusedAttention) and isinstance(fast.lm_head, FastLinear)
     ids = [1, 504, 3575, 282, 4649, 314]
     a, b = logits_of(ref, ids, 6), logits_of(fast, ids, 6)
@@ -36,9 +36,10 @@ def test_default_model_logits_match_the_reference_layers(default_model, dtype):
 def test_default_model_greedy_text_equals_the_reference(default_model, dtype):
     "A batch of four (fused GEMMs) and each prompt alone (one-row GEMVs): the same greedy tokens as Day 05's layers."
     params = SamplingParams(temperature=0, max_tokens=24)
-    ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, fuse_projections=False, gemv=False))
+    ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, fuse_projections=False, gemv=False, pack_weights=False))
     fast = Engine.build(default_model, config=EngineConfig(dtype=dtype))
-    assert getattr(ref.model, 'fast') == {'fuse': False, 'one_row': False} and fast.model.fast == {'fuse': True, 'one_row': True}
+    assert ref.model.fast == {'fuse': False, 'one_row': False, 'pack': False} and fast.model.fast == {'fuse': True, 'one_row': True, 'pack': True}
+    assert fast.model.lm_head.packed is not None and ref.model.lm_head.weight is ref.model.model.embed_tokens.weight
     # float32: every token. bfloat16 rounds differently per product shape (a fused GEMM, a float32-accumulating GEMV), and a
     # near-tie flips some way into a sentence (the 13th token of one prompt here): the first 8 tokens, and the logits test above.
     n = 24 if dtype == 'float32' else 8
@@ -50,9 +51,9 @@ def test_compiled_decode_of_the_fast_layers_matches_the_reference(peaky):
     "The compile recorder traces the fast layers (the GEMV at one row) into its graph; its tokens equal the reference layers' eager ones."
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     prompts = [[5, 9, 17], [3, 4, 5, 6, 7]]
-    ref = Engine.build(peaky, config=EngineConfig(fuse_projections=False, gemv=False))
+    ref = Engine.build(peaky, config=EngineConfig(dtype='float32', fuse_projections=False, gemv=False, pack_weights=False))
     want = [[o.token_ids for o in ref.generate([p], params, use_tqdm=False)] for p in prompts]
-    eng = build_engine(peaky, EngineConfig(bucket_decode=True, persist_inputs=True, capture_decode=True, max_batch_size=2, warm_width=128),
+    eng = build_engine(peaky, EngineConfig(dtype='float32', bucket_decode=True, persist_inputs=True, capture_decode=True, max_batch_size=2, warm_width=128),
                        batch=PersistentBatch)
     got = [[o.token_ids for o in eng.generate([p], params, use_tqdm=False)] for p in prompts]
     assert got == want
@@ -60,14 +61,14 @@ def test_compiled_decode_of_the_fast_layers_matches_the_reference(peaky):
     assert s.replays == s.decode_steps > 0 and s.captures >= 1
 
 def test_speed_up_refuses_other_settings_on_the_same_model(tiny):
-    m = speed_up(load_model(tiny('llama_tied_gqa')), True, True)
-    with pytest.raises(ValueError, match='already sped up'): speed_up(m, False, False)
-    assert speed_up(m, True, True) is m
+    m = speed_up(load_model(tiny('llama_tied_gqa')), True, True, True)
+    with pytest.raises(ValueError, match='already sped up'): speed_up(m, True, True, False)
+    assert speed_up(m, True, True, True) is m
 
 def test_flags_turn_each_change_off(tiny):
-    "`--no-fuse-projections --no-gemv` are flags of generate; the text is the same either way (float32, a peaky-enough prompt)."
+    "`--no-fuse-projections --no-gemv --no-pack-weights` are flags of generate; the text is the same either way (float32, a peaky-enough prompt)."
     path = str(tiny('llama_tied_gqa'))
     run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--dtype', 'float32', '--max-tokens', '8', *f, 'hello'],
                                                capture_output=True, text=True, check=True).stdout)
-    a, b = run(), run('--no-fuse-projections', '--no-gemv')
+    a, b = run(), run('--no-fuse-projections', '--no-gemv', '--no-pack-weights')
     assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b
