@@ -88,11 +88,6 @@ class EngineConfig:
                               "recorded, and capture is off: add --cuda-graphs (capture_decode with bucket_decode and persist_inputs), or drop them")
 
     @property
-    def model_dtype(self) -> str:
-        "The dtype a model loaded under this config gets: `dtype`, or the machine's choice for 'auto' (`resolve_dtype`, Day 00)."
-        return resolve_dtype(self.dtype, self.device)[0]
-
-    @property
     def uses_persistent_batch(self) -> bool:
         "Whether the engine keeps its running rows a prefix: as asked, or by default whenever it replays recorded decodes."
         return self.capture_decode if self.persistent_batch is None else self.persistent_batch

@@ -9,7 +9,7 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 import torch
 import torch.nn.functional as F
-from .core import parse_dtype
+from .core import parse_dtype, cpu_flags
 from .engine import Engine
 from .sampling import SamplingParams
 
@@ -157,12 +157,9 @@ def write_csv(rows: list[dict], path: str | Path):
 
 def cpu_model() -> str:
     "The CPU's model name and the vector extensions that decide which kernels run (from /proc/cpuinfo, where there is one)."
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in open('/proc/cpuinfo'):
-            if line.startswith('model name'): name = line.split(':', 1)[1].strip()
-            elif line.startswith('flags'): flags = set(line.split(':', 1)[1].split())
-    except OSError: pass
+    name, flags = platform.processor() or platform.machine(), cpu_flags()
+    try: name = next(l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name'))
+    except (OSError, StopIteration): pass
     ext = [f for f in ('avx2', 'avx512f', 'avx512_vnni', 'avx512_bf16', 'amx_tile', 'amx_bf16') if f in flags]
     return f"{name} ({' '.join(ext) or 'no AVX2'})"
 
