@@ -14,7 +14,7 @@ from .generate import RequestError
 from .sampling import SamplingParams
 
 # %% auto #0
-__all__ = ['EngineDeadError', 'EngineStats', 'AsyncEngine']
+__all__ = ['EngineDeadError', 'EngineStats', 'AsyncEngine', 'name_os_thread']
 
 # %% ../nbs/30_async.ipynb #5e2c118a
 class EngineDeadError(NanoserveError, RuntimeError):
@@ -91,8 +91,16 @@ class AsyncEngine:
                 self._streams.pop(cmd[1], None)
 
 # %% ../nbs/30_async.ipynb #c7f2e54f
+def name_os_thread(name: str) -> bool:
+    "Give the calling thread `name` in the operating system too (Linux keeps 15 bytes), so `top -H`, py-spy and /proc show it; False where it cannot."
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0) == 0   # PR_SET_NAME
+    except (OSError, AttributeError): return False
+
 def _run(self: AsyncEngine, build=None):
     "The engine thread: build the engine if asked, then apply commands, step, hand outputs to their streams; sleep when idle."
+    name_os_thread(threading.current_thread().name)
     if build is not None:
         try: self.engine = build(); self.engine.serving_thread = threading.current_thread()
         except BaseException as e: self.error = e
