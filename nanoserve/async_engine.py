@@ -68,9 +68,27 @@ class AsyncEngine:
 
     @property
     def max_batch_size(self) -> int: return self.engine.config.max_batch_size
+    @property
+    def max_model_len(self) -> int: return self.engine.max_model_len
+    # The tokenizer is read-only, so any thread may call these.
     def token_text(self, token_id: int) -> str:
-        "The text of one token (for logprobs); the tokenizer is read-only, so any thread may call this."
+        "The text of one token (for logprobs)."
         return self.engine.tokenizer.decode([token_id])
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: return self.engine.tokenizer.encode(text, add_special_tokens)
+    def decode(self, ids: list[int]) -> str:
+        "The text of token ids; ids outside the vocabulary are refused with a `RequestError`."
+        if bad := [t for t in ids if not 0 <= t < self.engine.model.config.vocab_size]:
+            raise RequestError(f"token ids {bad[:5]} are outside the vocabulary [0, {self.engine.model.config.vocab_size})")
+        return self.engine.tokenizer.decode(ids, skip_special_tokens=False)
+    @property
+    def chat_knows_tools(self) -> bool:
+        "The model's chat template reads a `tools` variable (Llama 3.1, Qwen 2.5, Hermes); SmolLM2's does not."
+        return 'tools' in (self.engine.tokenizer.chat_template or '')
+    def encode_chat(self, messages: list[dict], tools: list | None = None, add_generation_prompt: bool = True) -> list[int]:
+        "Token ids of `messages` through the chat template, with `tools` passed to it as transformers passes them."
+        tok = self.engine.tokenizer
+        text = tok.apply_chat_template(messages, add_generation_prompt, **({'tools': tools} if tools else {}))
+        return tok.encode(text, add_special_tokens=False)
 
     def _deliver(self, rid: str, item):
         if (s := self._streams.get(rid)) is None: return

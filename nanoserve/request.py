@@ -43,6 +43,7 @@ class Request:
     num_preemptions: int = 0
     stop_reason: int | str | None = None     # the stop token id or stop string that ended it
     logprobs: list = field(default_factory=list)  # per output token: {token_id: logprob}, when asked
+    matcher: Any = None                      # its structured-output state (a grammar Matcher, Day 15), when asked
 
     @property
     def num_prompt_tokens(self) -> int: return len(self.prompt_token_ids)

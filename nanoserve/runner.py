@@ -10,6 +10,7 @@ from .kvcache import KVCache
 from .attention import SeqChunk, build_metadata, PagedAttention, InvariantPagedAttention, INVARIANT_PAD
 from .scheduler import SchedulerOutput
 from .sampling import sample
+from .grammar import constrain
 
 # %% auto #0
 __all__ = ['ModelRunner']
@@ -22,6 +23,7 @@ class ModelRunner:
     def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False):
         self.model, self.cache, self.stop_ids, self.batch_invariant = model, cache, set(stop_ids), batch_invariant
         self.decode_path = None   # Day 54: an object whose run(rows, tokens, context_lens) serves pure-decode steps
+        self.grammars = None      # Day 15: the engine's GrammarCompiler, once a request asked for structured output
 
     def prepare_inputs(self, out: SchedulerOutput):
         "input_ids [T], positions [T], attention metadata, the flat indices of sampled rows and their requests."
@@ -61,4 +63,8 @@ class ModelRunner:
 
     def _sample(self, logits, reqs):
         stops = [set(r.params.stop_token_ids) | (set() if r.params.ignore_eos else self.stop_ids) for r in reqs]
-        return {r.request_id: res for r, res in zip(reqs, sample(logits, reqs, stops))}
+        if rows := [i for i, r in enumerate(reqs) if r.matcher is not None]:     # structured output: only what each grammar allows
+            logits = constrain(logits, rows, [reqs[i].matcher for i in rows], self.grammars, [stops[i] | self.stop_ids for i in rows])
+        drawn = sample(logits, reqs, stops)
+        for i in rows: reqs[i].matcher.accept(drawn[i][0])
+        return {r.request_id: res for r, res in zip(reqs, drawn)}

@@ -32,6 +32,9 @@ class SamplingParams:
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     logprobs: int | None = None          # None, or how many top logprobs (0..20) to return per token
+    logit_bias: tuple[tuple[int, float], ...] = ()   # (token id, bias in [-100, 100]) added to the raw logits; a dict is accepted
+    skip_special_tokens: bool = True     # leave special tokens out of the text
+    structured: object = None            # a `Structured` (Day 15): what the output must match; the engine checks and compiles it
 
     def __post_init__(self):
         def need(ok, msg):
@@ -54,6 +57,15 @@ class SamplingParams:
         object.__setattr__(self, 'stop', stop)
         need(all(isint(t) for t in self.stop_token_ids), f"stop_token_ids must be integers, got {self.stop_token_ids!r}")
         object.__setattr__(self, 'stop_token_ids', tuple(self.stop_token_ids))
+        bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
+        try: bias = tuple(sorted((int(t), float(b)) for t, b in bias))
+        except (TypeError, ValueError): need(False, f"logit_bias must map token ids to numbers, got {self.logit_bias!r}")
+        need(all(-100 <= b <= 100 for _, b in bias), f"logit_bias values must be in [-100, 100], got {self.logit_bias!r}")
+        object.__setattr__(self, 'logit_bias', bias)
+        need(isinstance(self.skip_special_tokens, bool), f"skip_special_tokens must be true or false, got {self.skip_special_tokens!r}")
+        need(self.structured is None or (hasattr(self.structured, 'kind') and hasattr(self.structured, 'spec')),
+             f"structured must be a Structured (nanoserve.grammar), got {type(self.structured).__name__}")
+        need(self.structured is None or self.min_tokens == 0, "min_tokens cannot be combined with structured output: the grammar decides where the output ends")
 
     @property
     def greedy(self) -> bool: return self.temperature == 0
@@ -67,6 +79,8 @@ def check_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int
     if bad := [t for t in prompt_ids if not 0 <= t < vocab_size]: raise RequestError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
     if bad := [t for t in params.stop_token_ids if not 0 <= t < vocab_size]:
         raise RequestError(f"stop_token_ids {bad} are not in the vocabulary [0, {vocab_size})")
+    if bad := [t for t, _ in params.logit_bias if not 0 <= t < vocab_size]:
+        raise RequestError(f"logit_bias token ids {bad[:5]} are not in the vocabulary [0, {vocab_size})")
 
 # %% ../nbs/14_sampling.ipynb #05da27f9
 def apply_penalties(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int]) -> torch.Tensor:
@@ -83,7 +97,11 @@ def apply_penalties(logits: torch.Tensor, params: SamplingParams, prompt_ids: li
 def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
                prompt_ids: list[int] = (), output_ids: list[int] = (), stop_ids: set[int] = frozenset()) -> int:
     "One token from one row of float32 logits [vocab], drawn with the request's generator."
-    logits = apply_penalties(logits.float(), params, list(prompt_ids), list(output_ids))
+    logits = logits.float()
+    if params.logit_bias:
+        ids, bias = zip(*params.logit_bias)
+        logits = logits.index_add(0, torch.tensor(ids), torch.tensor(bias))
+    logits = apply_penalties(logits, params, list(prompt_ids), list(output_ids))
     if len(output_ids) < params.min_tokens and stop_ids:
         logits = logits.index_fill(0, torch.tensor(sorted(stop_ids)), float('-inf'))
     if params.greedy: return int(logits.argmax())

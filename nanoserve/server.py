@@ -5,74 +5,22 @@
 # %% ../nbs/32_server.ipynb #c7029a1e
 from __future__ import annotations
 import asyncio, json, time, uuid
-from typing import Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import JSONResponse, StreamingResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, CONTENT_TYPE_LATEST
 from prometheus_client.core import CounterMetricFamily
+from . import __version__
 from .core import NanoserveError
 from .generate import RequestError
-from .sampling import SamplingParams
+from .protocol import (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, check_unsupported, chat_messages,
+                                prompts_of, structured_of, sampling_params)
+from .tools import check_tools, tool_mode, forced_structured, forced_calls, parse_tool_calls, call_id
 from .async_engine import AsyncEngine, EngineDeadError
 
 # %% auto #0
-__all__ = ['CompletionRequest', 'ChatMessage', 'ChatRequest', 'sampling_params', 'error_response', 'CaptureCollector',
-           'ServerMetrics', 'run_choices', 'create_app']
-
-# %% ../nbs/32_server.ipynb #eeb0b53e
-class _Sampling(BaseModel):
-    "Sampling fields shared by completions and chat (OpenAI names, vLLM extensions)."
-    model_config = ConfigDict(extra='forbid')
-    model: str
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=-1)
-    min_p: float = Field(0.0, ge=0, le=1)
-    n: int = Field(1, ge=1, le=16)
-    stream: bool = False
-    stream_options: dict | None = None
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    presence_penalty: float = Field(0.0, ge=-2, le=2)
-    frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    repetition_penalty: float = Field(1.0, gt=0)
-    min_tokens: int = Field(0, ge=0)
-    ignore_eos: bool = False
-    stop_token_ids: list[int] | None = None
-    user: str | None = None
-
-class CompletionRequest(_Sampling):
-    "POST /v1/completions"
-    prompt: str | list[int]
-    logprobs: int | None = Field(None, ge=0, le=20)
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra='forbid')
-    role: Literal['system', 'user', 'assistant', 'developer']
-    content: str
-    name: str | None = None
-
-class ChatRequest(_Sampling):
-    "POST /v1/chat/completions"
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-
-# %% ../nbs/32_server.ipynb #6e067d3c
-def sampling_params(body: _Sampling, index: int, default_max_tokens: int) -> SamplingParams:
-    "The engine's params for choice `index` of `body` (n > 1 with a seed: seed + index, so the choices differ)."
-    logprobs = body.logprobs if isinstance(body, CompletionRequest) else (body.top_logprobs or 0) if body.logprobs else None
-    max_tokens = getattr(body, 'max_completion_tokens', None) or body.max_tokens or default_max_tokens
-    return SamplingParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                          min_p=body.min_p, seed=None if body.seed is None else body.seed + index, stop=body.stop or (),
-                          presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
-                          repetition_penalty=body.repetition_penalty, min_tokens=min(body.min_tokens, max_tokens),
-                          ignore_eos=body.ignore_eos, stop_token_ids=tuple(body.stop_token_ids or ()), logprobs=logprobs)
+__all__ = ['LATENCY_BUCKETS', 'error_response', 'CaptureCollector', 'ServerMetrics', 'run_choices', 'create_app']
 
 # %% ../nbs/32_server.ipynb #118df800
 def error_response(status: int, message: str, type_: str = 'invalid_request_error', param: str | None = None,
@@ -104,9 +52,11 @@ class CaptureCollector:
         for reason, n in cs.fallbacks: fb.add_metric([reason], n)
         yield fb
 
+LATENCY_BUCKETS = (.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
+
 class ServerMetrics:
-    "Prometheus metrics of one server."
-    def __init__(self, aeng: AsyncEngine):
+    "Prometheus metrics of one server: nanoserve's names, and the names vLLM's dashboards read, with vLLM's types and `model_name` label."
+    def __init__(self, aeng: AsyncEngine, model_name: str = 'model'):
         self.registry = r = CollectorRegistry()
         g = lambda name, doc, f: Gauge(name, doc, registry=r).set_function(f)
         g('nanoserve_requests_running', 'Requests holding KV cache rows', lambda: aeng.stats().num_running)
@@ -117,20 +67,43 @@ class ServerMetrics:
         self.prompt_tokens = Counter('nanoserve_prompt_tokens', 'Prompt tokens processed', registry=r)
         self.generation_tokens = Counter('nanoserve_generation_tokens', 'Tokens generated', registry=r)
         self.requests = Counter('nanoserve_requests', 'Finished requests by reason', ['finish_reason'], registry=r)
-        buckets = (.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
-        self.ttft = Histogram('nanoserve_time_to_first_token_seconds', 'Time to first token', buckets=buckets, registry=r)
-        self.itl = Histogram('nanoserve_inter_token_latency_seconds', 'Time between tokens', buckets=buckets, registry=r)
-        self.e2e = Histogram('nanoserve_e2e_request_latency_seconds', 'End-to-end request latency', buckets=buckets, registry=r)
+        self.ttft = Histogram('nanoserve_time_to_first_token_seconds', 'Time to first token', buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram('nanoserve_inter_token_latency_seconds', 'Time between tokens', buckets=LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram('nanoserve_e2e_request_latency_seconds', 'End-to-end request latency', buckets=LATENCY_BUCKETS, registry=r)
         r.register(CaptureCollector(aeng))
+        # vLLM's names (its V1 metrics), so that a Grafana dashboard made for vLLM reads this server unchanged
+        m, lab = model_name, ['model_name']
+        vg = lambda name, doc, f: Gauge(name, doc, lab, registry=r).labels(m).set_function(f)
+        vg('vllm:num_requests_running', 'Number of requests in model execution batches.', lambda: aeng.stats().num_running)
+        vg('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', lambda: aeng.stats().num_waiting)
+        vg('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', lambda: aeng.stats().kv_usage)
+        self.v_prompt = Counter('vllm:prompt_tokens', 'Number of prefill tokens processed.', lab, registry=r).labels(m)
+        self.v_generation = Counter('vllm:generation_tokens', 'Number of generation tokens processed.', lab, registry=r).labels(m)
+        self.v_success = Counter('vllm:request_success', 'Count of successfully processed requests.', lab + ['finished_reason'], registry=r)
+        self.v_ttft = Histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', lab, buckets=LATENCY_BUCKETS, registry=r).labels(m)
+        self.v_itl = Histogram('vllm:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', lab, buckets=LATENCY_BUCKETS, registry=r).labels(m)
+        self.v_e2e = Histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', lab, buckets=LATENCY_BUCKETS, registry=r).labels(m)
+        self.model_name = m
+
+    def on_prompt(self, n: int): self.prompt_tokens.inc(n); self.v_prompt.inc(n)
+    def on_token(self, first: bool, seconds: float):
+        "A streamed token, `seconds` after the request's start (the first) or after the previous token."
+        self.generation_tokens.inc(); self.v_generation.inc()
+        for h in ((self.ttft, self.v_ttft) if first else (self.itl, self.v_itl)): h.observe(seconds)
+    def on_finish(self, reason: str, seconds: float):
+        self.requests.labels(reason).inc(); self.v_success.labels(self.model_name, reason).inc()
+        self.e2e.observe(seconds); self.v_e2e.observe(seconds)
 
 # %% ../nbs/32_server.ipynb #70c7832d
-async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, prompt, body: _Sampling, default_max_tokens: int):
-    "Yield (choice index, RequestOutput, new text) for every token of every choice."
-    params = [sampling_params(body, i, default_max_tokens) for i in range(body.n)]
+async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, jobs: list, n: int = 1):
+    "Yield (choice index, RequestOutput, new text) for every token of every (prompt, SamplingParams) job; jobs i*n..i*n+n-1 share prompt i."
     t0, queue = time.monotonic(), asyncio.Queue()
-    gens = [aeng.generate(prompt, p) for p in params]
-    firsts = [await g.__anext__() for g in gens]          # validation errors surface here, before any output is sent
-    metrics.prompt_tokens.inc(len(firsts[0].prompt_token_ids) * body.n)
+    gens = [aeng.generate(prompt, params) for prompt, params in jobs]
+    try: firsts = [await g.__anext__() for g in gens]          # validation errors surface here, before any output is sent
+    except BaseException:
+        for g in gens: await g.aclose()                        # the choices already queued are aborted, their blocks freed
+        raise
+    metrics.on_prompt(sum(len(f.prompt_token_ids) for f in firsts[::n]))
     async def pump(i, g, first):
         try:
             await queue.put((i, first))
@@ -138,17 +111,15 @@ async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, prompt, body: _
         except BaseException as e: await queue.put((i, e))
         finally: await g.aclose()
     tasks = [asyncio.create_task(pump(i, g, f)) for i, (g, f) in enumerate(zip(gens, firsts))]
-    texts, last_t, done = [''] * body.n, [None] * body.n, 0
+    texts, last_t, done = [''] * len(jobs), [None] * len(jobs), 0
     try:
-        while done < body.n:
+        while done < len(jobs):
             i, o = await queue.get()
             if isinstance(o, BaseException): raise o
             now = time.monotonic()
-            (metrics.ttft.observe(now - t0) if last_t[i] is None else metrics.itl.observe(now - last_t[i])); last_t[i] = now
-            metrics.generation_tokens.inc()
+            metrics.on_token(last_t[i] is None, now - (t0 if last_t[i] is None else last_t[i])); last_t[i] = now
             delta, texts[i] = o.text[len(texts[i]):], o.text
-            if o.finished:
-                done += 1; metrics.requests.labels(o.finish_reason).inc(); metrics.e2e.observe(now - t0)
+            if o.finished: done += 1; metrics.on_finish(o.finish_reason, now - t0)
             yield i, o, delta
     finally:
         for t in tasks: t.cancel()
@@ -157,9 +128,9 @@ async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, prompt, body: _
 def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | None = None, max_waiting: int | None = None,
                max_body_bytes: int = 1 << 20, default_max_tokens: int = 16) -> FastAPI:
     "The FastAPI app serving `aeng` as model `model_name`."
-    app = FastAPI(title='nanoserve', version='0.1')
-    app.state.aeng, app.state.metrics = aeng, (metrics := ServerMetrics(aeng))
-    open_paths = {'/health', '/metrics'}
+    app = FastAPI(title='nanoserve', version=__version__)
+    app.state.aeng, app.state.metrics = aeng, (metrics := ServerMetrics(aeng, model_name))
+    open_paths = {'/health', '/metrics', '/version'}
 
     @app.middleware('http')
     async def guard(request: Request, call_next):
@@ -198,12 +169,39 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
     @app.get('/metrics')
     async def get_metrics(): return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get('/version')
+    async def get_version(): return {'version': __version__}
+
     @app.get('/v1/models')
     async def get_models():
-        return {'object': 'list', 'data': [{'id': model_name, 'object': 'model', 'created': 0, 'owned_by': 'nanoserve'}]}
+        return {'object': 'list', 'data': [{'id': model_name, 'object': 'model', 'created': 0, 'owned_by': 'nanoserve',
+                                            'root': model_name, 'max_model_len': aeng.max_model_len}]}
+
+    def refused(e: NanoserveError) -> JSONResponse: return error_response(400, str(e), param=getattr(e, 'param', None))
+
+    @app.post('/tokenize')
+    async def tokenize(body: TokenizeRequest):
+        if body.model not in (None, model_name): return unknown_model(body.model)
+        if (body.prompt is None) == (body.messages is None): return error_response(400, "give a 'prompt' or 'messages', one of the two")
+        try:
+            if body.prompt is not None: ids = aeng.encode(body.prompt, body.add_special_tokens)
+            else:
+                msgs = chat_messages(ChatRequest(model=model_name, messages=body.messages), aeng.chat_knows_tools)
+                ids = aeng.encode_chat(msgs, add_generation_prompt=body.add_generation_prompt)
+        except NanoserveError as e: return refused(e)
+        return {'count': len(ids), 'max_model_len': aeng.max_model_len, 'tokens': ids}
+
+    @app.post('/detokenize')
+    async def detokenize(body: DetokenizeRequest):
+        if body.model not in (None, model_name): return unknown_model(body.model)
+        try: return {'prompt': aeng.decode(body.tokens)}
+        except NanoserveError as e: return refused(e)
+
+    def unknown_model(name):
+        return error_response(404, f"model {name!r} is not served here; this server serves {model_name!r}", param='model', code='model_not_found')
 
     async def admit(body):
-        if body.model != model_name: return error_response(404, f"model {body.model!r} is not served here; this server serves {model_name!r}", param='model', code='model_not_found')
+        if body.model != model_name: return unknown_model(body.model)
         if not aeng.running: return error_response(503, f"the engine is not running: {aeng.error}", 'server_error', headers={'Retry-After': '5'})
         if max_waiting is not None and aeng.stats().num_waiting + aeng.stats().num_running >= max_waiting + aeng.max_batch_size:
             return error_response(503, f"the server is at capacity ({max_waiting} waiting); retry later", 'server_error', headers={'Retry-After': '1'})
@@ -211,37 +209,59 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
     @app.post('/v1/completions')
     async def completions(body: CompletionRequest):
         if (refusal := await admit(body)) is not None: return refusal
-        return await respond(body, body.prompt, 'text_completion', 'cmpl')
+        try:
+            check_unsupported(body)
+            prompts, structured = prompts_of(body), structured_of(body)
+            jobs = [(p, sampling_params(body, j, default_max_tokens, structured)) for p in prompts for j in range(body.n)]
+        except NanoserveError as e: return refused(e)
+        echo = (lambda i: prompts[i // body.n] if isinstance(prompts[i // body.n], str) else aeng.decode(prompts[i // body.n])) if body.echo else None
+        return await respond(body, jobs, 'text_completion', 'cmpl', echo=echo)
 
     @app.post('/v1/chat/completions')
     async def chat(body: ChatRequest):
         if (refusal := await admit(body)) is not None: return refusal
-        msgs = [m.model_dump(exclude_none=True) for m in body.messages]
-        return await respond(body, msgs, 'chat.completion', 'chatcmpl')
+        try:
+            check_unsupported(body)
+            tools = check_tools(body.tools) if body.tools else None
+            mode = tool_mode(body.tool_choice, tools)
+            structured = structured_of(body, forced_structured(mode, tools, body.parallel_tool_calls) if tools else None)
+            msgs = chat_messages(body, aeng.chat_knows_tools)
+            ids = aeng.encode_chat(msgs, body.tools if aeng.chat_knows_tools and mode != 'none' else None)
+            jobs = [(ids, sampling_params(body, j, default_max_tokens, structured)) for j in range(body.n)]
+        except NanoserveError as e: return refused(e)
+        return await respond(body, jobs, 'chat.completion', 'chatcmpl', tools=(mode, tools) if tools and mode != 'none' else None)
 
-    async def respond(body, prompt, kind, prefix):
+    async def respond(body, jobs, kind, prefix, echo=None, tools=None):
         rid, created = f"{prefix}-{uuid.uuid4().hex[:16]}", int(time.time())
-        stream = run_choices(aeng, metrics, prompt, body, default_max_tokens)
+        stream = run_choices(aeng, metrics, jobs, body.n)
         try: first = await stream.__anext__()
         except (RequestError, NanoserveError) as e:
             if isinstance(e, EngineDeadError): return error_response(500, f"the engine failed: {e}", 'server_error')
-            return error_response(400, str(e))
-        if body.stream: return StreamingResponse(sse(body, kind, rid, created, first, stream), media_type='text/event-stream')
-        return await collect(body, kind, rid, created, first, stream)
+            return refused(e)
+        head = [echo(i) if echo else '' for i in range(len(jobs))]          # echo: the prompt's text before each choice's
+        if body.stream: return StreamingResponse(sse(body, kind, rid, created, first, stream, len(jobs), head, tools), media_type='text/event-stream')
+        return await collect(body, kind, rid, created, first, stream, len(jobs), head, tools)
 
-    async def collect(body, kind, rid, created, first, stream):
-        final, usage_prompt = {}, 0
+    async def collect(body, kind, rid, created, first, stream, n_choices, head, tools):
+        final = {}
         try:
             i, o, _ = first; final[i] = o
             async for i, o, _ in stream: final[i] = o
         except EngineDeadError as e: return error_response(500, f"the engine failed during the request: {e}", 'server_error')
-        usage_prompt = len(final[0].prompt_token_ids)
+        prompt_n = sum(len(final[i].prompt_token_ids) for i in range(0, n_choices, body.n))
         completion = sum(len(o.token_ids) for o in final.values())
-        choices = [choice(kind, i, final[i]) for i in range(body.n)]
+        choices = [choice(kind, i, final[i], head[i], tools) for i in range(n_choices)]
         return {'id': rid, 'object': kind, 'created': created, 'model': model_name, 'choices': choices,
-                'usage': {'prompt_tokens': usage_prompt, 'completion_tokens': completion, 'total_tokens': usage_prompt + completion}}
+                'usage': {'prompt_tokens': prompt_n, 'completion_tokens': completion, 'total_tokens': prompt_n + completion}}
 
-    def choice(kind, i, o):
+    def calls_of(tools, text: str, finish: str):
+        "(content, tool calls, finish_reason) of a finished chat choice with tools."
+        mode, fns = tools
+        content, calls = parse_tool_calls(text, fns) if mode == 'auto' else (None, forced_calls(mode, text) if finish == 'stop' else [])
+        if not calls: return text, None, finish
+        return content, calls, 'tool_calls' if finish == 'stop' else finish
+
+    def choice(kind, i, o, head, tools):
         lp = None
         if o.logprobs is not None:
             toks = o.token_ids
@@ -251,31 +271,47 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
                   {'content': [{'token': aeng.token_text(t), 'logprob': d.get(t), 'bytes': None,
                                 'top_logprobs': [{'token': aeng.token_text(k), 'logprob': v, 'bytes': None} for k, v in d.items()]}
                                for t, d in zip(toks, o.logprobs)]})
-        if kind == 'text_completion': return {'index': i, 'text': o.text, 'finish_reason': o.finish_reason, 'logprobs': lp}
-        return {'index': i, 'message': {'role': 'assistant', 'content': o.text}, 'finish_reason': o.finish_reason, 'logprobs': lp}
+        if kind == 'text_completion': return {'index': i, 'text': head + o.text, 'finish_reason': o.finish_reason, 'logprobs': lp}
+        content, calls, finish = calls_of(tools, o.text, o.finish_reason) if tools else (o.text, None, o.finish_reason)
+        message = {'role': 'assistant', 'content': content, **({'tool_calls': calls} if calls else {})}
+        return {'index': i, 'message': message, 'finish_reason': finish, 'logprobs': lp}
 
-    async def sse(body, kind, rid, created, first, stream):
-        chunk_kind = 'chat.completion.chunk' if kind == 'chat.completion' else 'text_completion'
-        def chunk(i, delta, finish):
-            c = ({'index': i, 'delta': {'content': delta} if delta else {}, 'finish_reason': finish} if kind == 'chat.completion'
-                 else {'index': i, 'text': delta, 'finish_reason': finish})
-            return 'data: ' + json.dumps({'id': rid, 'object': chunk_kind, 'created': created, 'model': model_name, 'choices': [c]}) + '\n\n'
-        totals, prompt_n = [0] * body.n, 0
+    async def sse(body, kind, rid, created, first, stream, n_choices, head, tools):
+        chat_ = kind == 'chat.completion'
+        chunk_kind = 'chat.completion.chunk' if chat_ else 'text_completion'
+        def event(choices, **extra):
+            return 'data: ' + json.dumps({'id': rid, 'object': chunk_kind, 'created': created, 'model': model_name, 'choices': choices, **extra}) + '\n\n'
+        def chunk(i, delta=None, finish=None, calls=None):
+            if not chat_: return event([{'index': i, 'text': delta or '', 'finish_reason': finish}])
+            d = {'content': delta} if delta else {}
+            if calls: d['tool_calls'] = calls
+            return event([{'index': i, 'delta': d, 'finish_reason': finish}])
+        # a forced named function streams its arguments as they come; `required` and `auto` are parsed once the choice is done
+        named = tools is not None and tools[0] not in ('auto', 'required')
+        ids, texts, totals, prompt_n = [call_id() for _ in range(n_choices)], [''] * n_choices, [0] * n_choices, [0] * n_choices
         try:
-            if kind == 'chat.completion':
-                for i in range(body.n):
-                    yield 'data: ' + json.dumps({'id': rid, 'object': chunk_kind, 'created': created, 'model': model_name,
-                                                 'choices': [{'index': i, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}]}) + '\n\n'
+            for i in range(n_choices):
+                if chat_: yield event([{'index': i, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}])
+                if named: yield chunk(i, calls=[{'index': 0, 'id': ids[i], 'type': 'function', 'function': {'name': tools[0], 'arguments': ''}}])
+                if head[i]: yield chunk(i, head[i])
             async def all_items():
                 yield first
                 async for x in stream: yield x
             async for i, o, delta in all_items():
-                totals[i], prompt_n = len(o.token_ids), len(o.prompt_token_ids)
-                if delta or not o.finished: yield chunk(i, delta, None) if delta else ''
-                if o.finished: yield chunk(i, '', o.finish_reason)
+                totals[i], prompt_n[i], texts[i] = len(o.token_ids), len(o.prompt_token_ids), o.text
+                if delta and named: yield chunk(i, calls=[{'index': 0, 'function': {'arguments': delta}}])
+                elif delta and not tools: yield chunk(i, delta)
+                if not o.finished: continue
+                finish = o.finish_reason
+                if tools and not named:
+                    content, calls, finish = calls_of(tools, o.text, finish)
+                    if content: yield chunk(i, content)
+                    if calls: yield chunk(i, calls=[{'index': k, **c} for k, c in enumerate(calls)])
+                elif named and finish == 'stop': finish = 'tool_calls'
+                yield chunk(i, finish=finish)
             if (body.stream_options or {}).get('include_usage'):
-                yield 'data: ' + json.dumps({'id': rid, 'object': chunk_kind, 'created': created, 'model': model_name, 'choices': [],
-                                             'usage': {'prompt_tokens': prompt_n, 'completion_tokens': sum(totals), 'total_tokens': prompt_n + sum(totals)}}) + '\n\n'
+                p = sum(prompt_n[::body.n])
+                yield event([], usage={'prompt_tokens': p, 'completion_tokens': sum(totals), 'total_tokens': p + sum(totals)})
             yield 'data: [DONE]\n\n'
         except EngineDeadError as e:
             yield 'data: ' + json.dumps({'error': {'message': f"the engine failed during the request: {e}", 'type': 'server_error', 'param': None, 'code': None}}) + '\n\n'
