@@ -261,16 +261,17 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
         if not calls: return text, None, finish
         return content, calls, 'tool_calls' if finish == 'stop' else finish
 
+    def logprobs_of(kind, toks, lps):
+        "OpenAI's logprobs object for tokens `toks` and their {token: logprob} dicts."
+        if kind == 'text_completion':
+            return {'tokens': [aeng.token_text(t) for t in toks], 'token_logprobs': [d.get(t) for t, d in zip(toks, lps)],
+                    'top_logprobs': [{aeng.token_text(k): v for k, v in d.items()} for d in lps], 'text_offset': []}
+        return {'content': [{'token': aeng.token_text(t), 'logprob': d.get(t), 'bytes': None,
+                             'top_logprobs': [{'token': aeng.token_text(k), 'logprob': v, 'bytes': None} for k, v in d.items()]}
+                            for t, d in zip(toks, lps)]}
+
     def choice(kind, i, o, head, tools):
-        lp = None
-        if o.logprobs is not None:
-            toks = o.token_ids
-            lp = ({'tokens': [aeng.token_text(t) for t in toks], 'token_logprobs': [d.get(t) for t, d in zip(toks, o.logprobs)],
-                   'top_logprobs': [{aeng.token_text(k): v for k, v in d.items()} for d in o.logprobs[:len(toks)]], 'text_offset': []}
-                  if kind == 'text_completion' else
-                  {'content': [{'token': aeng.token_text(t), 'logprob': d.get(t), 'bytes': None,
-                                'top_logprobs': [{'token': aeng.token_text(k), 'logprob': v, 'bytes': None} for k, v in d.items()]}
-                               for t, d in zip(toks, o.logprobs)]})
+        lp = None if o.logprobs is None else logprobs_of(kind, o.token_ids, o.logprobs[:len(o.token_ids)])
         if kind == 'text_completion': return {'index': i, 'text': head + o.text, 'finish_reason': o.finish_reason, 'logprobs': lp}
         content, calls, finish = calls_of(tools, o.text, o.finish_reason) if tools else (o.text, None, o.finish_reason)
         message = {'role': 'assistant', 'content': content, **({'tool_calls': calls} if calls else {})}
@@ -281,14 +282,17 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
         chunk_kind = 'chat.completion.chunk' if chat_ else 'text_completion'
         def event(choices, **extra):
             return 'data: ' + json.dumps({'id': rid, 'object': chunk_kind, 'created': created, 'model': model_name, 'choices': choices, **extra}) + '\n\n'
-        def chunk(i, delta=None, finish=None, calls=None):
-            if not chat_: return event([{'index': i, 'text': delta or '', 'finish_reason': finish}])
+        def chunk(i, delta=None, finish=None, calls=None, o=None):
+            lp = None
+            if o is not None and o.logprobs is not None and sent[i] < len(o.token_ids):   # the tokens since the last chunk that carried some
+                lp, sent[i] = logprobs_of(kind, o.token_ids[sent[i]:], o.logprobs[sent[i]:len(o.token_ids)]), len(o.token_ids)
+            if not chat_: return event([{'index': i, 'text': delta or '', 'finish_reason': finish, 'logprobs': lp}])
             d = {'content': delta} if delta else {}
             if calls: d['tool_calls'] = calls
-            return event([{'index': i, 'delta': d, 'finish_reason': finish}])
+            return event([{'index': i, 'delta': d, 'finish_reason': finish, **({'logprobs': lp} if lp else {})}])
         # a forced named function streams its arguments as they come; `required` and `auto` are parsed once the choice is done
         named = tools is not None and tools[0] not in ('auto', 'required')
-        ids, texts, totals, prompt_n = [call_id() for _ in range(n_choices)], [''] * n_choices, [0] * n_choices, [0] * n_choices
+        ids, sent, totals, prompt_n = [call_id() for _ in range(n_choices)], [0] * n_choices, [0] * n_choices, [0] * n_choices
         try:
             for i in range(n_choices):
                 if chat_: yield event([{'index': i, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}])
@@ -298,18 +302,18 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
                 yield first
                 async for x in stream: yield x
             async for i, o, delta in all_items():
-                totals[i], prompt_n[i], texts[i] = len(o.token_ids), len(o.prompt_token_ids), o.text
-                if delta and named: yield chunk(i, calls=[{'index': 0, 'function': {'arguments': delta}}])
-                elif delta and not tools: yield chunk(i, delta)
+                totals[i], prompt_n[i] = len(o.token_ids), len(o.prompt_token_ids)
+                if delta and named: yield chunk(i, calls=[{'index': 0, 'function': {'arguments': delta}}], o=o)
+                elif delta and not tools: yield chunk(i, delta, o=o)
                 if not o.finished: continue
                 finish = o.finish_reason
                 if tools and not named:
                     content, calls, finish = calls_of(tools, o.text, finish)
-                    if content: yield chunk(i, content)
-                    if calls: yield chunk(i, calls=[{'index': k, **c} for k, c in enumerate(calls)])
+                    if content: yield chunk(i, content, o=o)
+                    if calls: yield chunk(i, calls=[{'index': k, **c} for k, c in enumerate(calls)], o=o)
                 elif named and finish == 'stop': finish = 'tool_calls'
-                yield chunk(i, finish=finish)
-            if (body.stream_options or {}).get('include_usage'):
+                yield chunk(i, finish=finish, o=o)
+            if body.stream_options is not None and body.stream_options.include_usage:
                 p = sum(prompt_n[::body.n])
                 yield event([], usage={'prompt_tokens': p, 'completion_tokens': sum(totals), 'total_tokens': p + sum(totals)})
             yield 'data: [DONE]\n\n'

@@ -64,6 +64,15 @@ def test_streaming_with_usage_over_a_prompt_list(client):
     chat = list(client.chat.completions.create(model=NAME, messages=[{'role': 'user', 'content': [{'type': 'text', 'text': 'Hi!'}]}], max_tokens=5,
                                                temperature=0, stream=True, stream_options={'include_usage': True}))
     assert chat[-1].usage.completion_tokens == 5 and chat[0].choices[0].delta.role == 'assistant'
+    # logprobs stream too, each token's with the chunk that carries its text
+    kw = dict(model=NAME, messages=[{'role': 'user', 'content': 'Hi!'}], max_tokens=6, temperature=0, logprobs=True, top_logprobs=2)
+    whole = client.chat.completions.create(**kw).choices[0].logprobs.content
+    streamed = [t for c in client.chat.completions.create(**kw, stream=True) if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert [(t.token, round(t.logprob, 4)) for t in streamed] == [(t.token, round(t.logprob, 4)) for t in whole] and len(whole) == 6
+    cw = client.completions.create(model=NAME, prompt='One, two,', max_tokens=5, temperature=0, logprobs=1).choices[0].logprobs
+    cs = [t for c in client.completions.create(model=NAME, prompt='One, two,', max_tokens=5, temperature=0, logprobs=1, stream=True)
+          if c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    assert cs == cw.tokens and len(cs) == 5
 
 def test_routine_parameters_are_honoured(client, server):
     path, url = server
