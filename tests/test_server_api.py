@@ -35,3 +35,28 @@ def test_stop_string_over_http(app, tiny):
     stop = full[3:5]
     r = post(app, '/v1/completions', {'model': 'tiny', 'prompt': 'abc', 'max_tokens': 12, 'temperature': 0, 'stop': stop}).json()['choices'][0]
     assert (r['text'], r['finish_reason']) == (full[:full.find(stop)], 'stop')
+
+TOOLS_TEMPLATE = ("{% if tools %}<|im_start|>system\nTOOLS {{ tools | map(attribute='function') | map(attribute='name') | join(',') }}<|im_end|>\n{% endif %}"
+                  "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+
+def test_a_template_that_knows_tools_is_given_them(tmp_path, tiny):
+    "Llama 3.1 / Qwen 2.5 style: the template reads `tools`; the server passes them instead of writing them into a system message."
+    import shutil
+    path = tmp_path/'tools_tiny'; shutil.copytree(tiny('llama_tied_gqa'), path)
+    (path/'tokenizer_config.json').write_text(json.dumps({'chat_template': TOOLS_TEMPLATE, 'eos_token': '<|im_end|>'}))
+    app, aeng = build_app(str(path), served_model_name='tiny', max_batch_size=2, dtype='float32')
+    try:
+        assert aeng.chat_knows_tools
+        fn = {'type': 'function', 'function': {'name': 'lookup', 'parameters': {'type': 'object', 'properties': {'q': {'type': 'string', 'maxLength': 5}},
+                                                                                   'required': ['q']}}}
+        msgs = [{'role': 'user', 'content': 'hello'}]
+        want = aeng.encode_chat(msgs, [fn])
+        assert aeng.engine.tokenizer.decode(want, skip_special_tokens=False).startswith('<|im_start|>system\nTOOLS lookup')
+        r = post(app, '/v1/chat/completions', {'model': 'tiny', 'messages': msgs, 'tools': [fn], 'max_tokens': 40, 'temperature': 0,
+                                               'tool_choice': {'type': 'function', 'function': {'name': 'lookup'}}}).json()
+        assert r['usage']['prompt_tokens'] == len(want)                     # the prompt is the template's rendering with the tools
+        call = r['choices'][0]['message']['tool_calls'][0]
+        assert call['function']['name'] == 'lookup' and set(json.loads(call['function']['arguments'])) == {'q'}
+        plain = post(app, '/v1/chat/completions', {'model': 'tiny', 'messages': msgs, 'max_tokens': 2}).json()
+        assert plain['usage']['prompt_tokens'] == len(aeng.encode_chat(msgs)) < len(want)   # no tools: the template leaves them out
+    finally: aeng.shutdown()
