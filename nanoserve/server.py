@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily
 from . import __version__
 from .core import NanoserveError
 from .generate import RequestError
-from .protocol import (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, check_unsupported, chat_messages,
+from .protocol import (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, check_text, check_unsupported, chat_messages,
                                 prompts_of, structured_of, sampling_params)
 from .tools import check_tools, tool_mode, forced_structured, forced_calls, parse_tool_calls, call_id
 from .async_engine import AsyncEngine, EngineDeadError
@@ -25,8 +25,9 @@ __all__ = ['LATENCY_BUCKETS', 'error_response', 'CaptureCollector', 'ServerMetri
 # %% ../nbs/32_server.ipynb #118df800
 def error_response(status: int, message: str, type_: str = 'invalid_request_error', param: str | None = None,
                    code: str | None = None, headers: dict | None = None) -> JSONResponse:
-    "An OpenAI-shaped error body with `status`."
-    return JSONResponse({'error': {'message': message, 'type': type_, 'param': param, 'code': code}}, status, headers=headers)
+    "An OpenAI-shaped error body with `status`; text that quotes a client's invalid string is escaped so the body can always be encoded."
+    text = lambda s: s if s is None else str(s).encode('utf-8', 'backslashreplace').decode()
+    return JSONResponse({'error': {'message': text(message), 'type': type_, 'param': text(param), 'code': code}}, status, headers=headers)
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errs = exc.errors()
@@ -181,6 +182,8 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
 
     @app.post('/tokenize')
     async def tokenize(body: TokenizeRequest):
+        try: check_text(body)
+        except RequestError as e: return refused(e)
         if body.model not in (None, model_name): return unknown_model(body.model)
         if (body.prompt is None) == (body.messages is None): return error_response(400, "give a 'prompt' or 'messages', one of the two")
         try:
@@ -193,6 +196,8 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
 
     @app.post('/detokenize')
     async def detokenize(body: DetokenizeRequest):
+        try: check_text(body)
+        except RequestError as e: return refused(e)
         if body.model not in (None, model_name): return unknown_model(body.model)
         try: return {'prompt': aeng.decode(body.tokens)}
         except NanoserveError as e: return refused(e)
@@ -201,6 +206,8 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
         return error_response(404, f"model {name!r} is not served here; this server serves {model_name!r}", param='model', code='model_not_found')
 
     async def admit(body):
+        try: check_text(body)                 # first: every message below may quote the body
+        except RequestError as e: return refused(e)
         if body.model != model_name: return unknown_model(body.model)
         if not aeng.running: return error_response(503, f"the engine is not running: {aeng.error}", 'server_error', headers={'Retry-After': '5'})
         if max_waiting is not None and aeng.stats().num_waiting + aeng.stats().num_running >= max_waiting + aeng.max_batch_size:

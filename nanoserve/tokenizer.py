@@ -47,6 +47,10 @@ _CLEANUPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (
 def _encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
     "Token ids of `text`; `add_special_tokens` lets `tokenizer.json`'s post-processor add e.g. a BOS."
     if not isinstance(text, str): raise TokenizerError(f"can only encode str, got {type(text).__name__}")
+    try: text.encode('utf-8')
+    except UnicodeEncodeError as e:       # a lone UTF-16 surrogate (valid JSON as "\ud800") is not a character the tokenizer can take
+        raise TokenizerError(f"the text holds {text[e.start:e.end]!r} at position {e.start}, a lone UTF-16 surrogate, which is not a Unicode "
+                             "character: send valid UTF-8 text") from None
     return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
 def _decode(self, ids, skip_special_tokens: bool = True) -> str:
