@@ -4,12 +4,13 @@
 
 # %% ../nbs/30_async.ipynb #23f5e03c
 from __future__ import annotations
+from fastcore.basics import patch
 import asyncio, itertools, threading, time
 from collections import deque
 from dataclasses import dataclass, asdict
 from typing import AsyncIterator, Callable
 from .core import NanoserveError
-from .engine import Engine, RequestOutput, _check, _add_checked
+from .engine import Engine, RequestOutput
 from .generate import RequestError
 from .sampling import SamplingParams
 
@@ -99,7 +100,7 @@ class AsyncEngine:
     def _apply(self, cmd):
         if cmd[0] == 'add':
             _, rid, ids, params = cmd
-            try: _add_checked(self.engine, ids, params, rid)
+            try: self.engine.add_checked(ids, params, rid)
             except NanoserveError as e:                    # that request's problem, not the engine's
                 self._deliver(rid, e); self._streams.pop(rid, None)
         elif cmd[0] == 'abort':
@@ -116,6 +117,7 @@ def name_os_thread(name: str) -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0) == 0   # PR_SET_NAME
     except (OSError, AttributeError): return False
 
+@patch
 def _run(self: AsyncEngine, build=None):
     "The engine thread: build the engine if asked, then apply commands, step, hand outputs to their streams; sleep when idle."
     name_os_thread(threading.current_thread().name)
@@ -148,21 +150,21 @@ def _run(self: AsyncEngine, build=None):
     finally:
         if self.error is None:                             # shut down: end open streams
             for rid in list(self._streams): self._deliver(rid, EngineDeadError("the engine was shut down"))
+@patch
 def _publish(self: AsyncEngine):
     "Snapshot the decode path's counters (its `stats`, Day 54) on the engine thread, between steps, where nothing else writes them."
     self._capture = getattr(self.engine.decode_path, 'stats', None)
-
-AsyncEngine._run, AsyncEngine._publish = _run, _publish
 
 # %% ../nbs/30_async.ipynb #137386cd
 def _send(self: AsyncEngine, cmd):
     with self._cv:
         self._inbox.append(cmd); self._cv.notify()
 
-async def _generate(self: AsyncEngine, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> AsyncIterator[RequestOutput]:
+@patch
+async def generate(self: AsyncEngine, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> AsyncIterator[RequestOutput]:
     "Stream the outputs of one request (cumulative text and tokens); the last has `finished=True`."
     if not self.running: raise EngineDeadError(f"the engine is not running{f': {self.error}' if self.error else ''}")
-    ids, params = _check(self.engine, prompt, params)            # refuse bad input here, synchronously
+    ids, params = self.engine.check(prompt, params)            # refuse bad input here, synchronously
     rid = request_id if request_id is not None else f"req-{next(self._ids)}"
     if rid in self._streams: raise RequestError(f"request id {rid!r} is already in use")
     q: asyncio.Queue = asyncio.Queue()
@@ -181,26 +183,28 @@ async def _generate(self: AsyncEngine, prompt, params: SamplingParams | None = N
     finally:
         if not finished: self.abort(rid)                            # the consumer left early: free its blocks
 
-def _abort(self: AsyncEngine, request_id: str):
+@patch
+def abort(self: AsyncEngine, request_id: str):
     "Abort a request; its blocks return to the pool on the engine thread's next pass."
     _send(self, ('abort', request_id))
 
-def _stats(self: AsyncEngine) -> EngineStats:
+@patch
+def stats(self: AsyncEngine) -> EngineStats:
     "The counters as one value (read without stopping the loop; each field is a single read)."
-    e, c = self.engine, self._counts
-    return EngineStats(self.running, len(e.scheduler.running), len(e.scheduler.waiting), c['num_requests'], c['num_finished'],
-                       c['num_aborted'], c['prompt_tokens'], c['generation_tokens'], e.scheduler.num_preemptions, e.num_steps,
-                       e.cache.usage, e.cache.pool.num_free, e.cache.pool.num_blocks)
+    c = self._counts
+    s = self.engine.snapshot()
+    return EngineStats(self.running, s.num_running, s.num_waiting, c['num_requests'], c['num_finished'], c['num_aborted'], c['prompt_tokens'],
+                       c['generation_tokens'], s.num_preemptions, s.num_steps, s.kv_usage, s.kv_free_blocks, s.kv_total_blocks)
 
-def _capture_stats(self: AsyncEngine):
+@patch
+def capture_stats(self: AsyncEngine):
     "The decode path's counters (a `CaptureStats`, Day 54) as of the last step, or None without one: one immutable value, read from any thread."
     return self._capture
 
-def _shutdown(self: AsyncEngine, timeout: float = 30.0):
+@patch
+def shutdown(self: AsyncEngine, timeout: float = 30.0):
     "Stop the loop: in-flight requests end with `EngineDeadError`; their blocks are freed."
     self._stopping = True
     _send(self, ('stop',))
     self._thread.join(timeout)
-    for rid in list(self.engine.scheduler.requests): self.engine.abort(rid)
-
-AsyncEngine.generate, AsyncEngine.abort, AsyncEngine.stats, AsyncEngine.capture_stats, AsyncEngine.shutdown = _generate, _abort, _stats, _capture_stats, _shutdown
+    self.engine.abort_all()

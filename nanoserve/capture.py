@@ -4,6 +4,7 @@
 
 # %% ../nbs/54_capture.ipynb #7f330744
 from __future__ import annotations
+from fastcore.basics import patch
 import contextlib, time
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -209,7 +210,8 @@ class CapturedDecode:
 
 # %% ../nbs/54_capture.ipynb #04fae83f
 @torch.inference_mode()
-def _run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens: list[int]) -> torch.Tensor:
+@patch
+def run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens: list[int]) -> torch.Tensor:
     "Logits [len(rows), vocab] (float32, on the host) of one pure-decode step."
     n, shape = len(rows), self.shape_of(len(rows), max(context_lens))
     self.decode_steps += 1
@@ -231,7 +233,6 @@ def _run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens:
         self.inputs.write(rows, tokens, context_lens, shape)   # a recorder may have run the core on these buffers: write them again
     self.replays += 1
     return self.recorded[shape]()[:n].cpu()
-CapturedDecode.run = _run
 
 # %% ../nbs/54_capture.ipynb #c9ae97f9
 def _stats(x) -> CaptureStats:

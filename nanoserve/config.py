@@ -4,6 +4,7 @@
 
 # %% ../nbs/01_config.ipynb #3bfdbf31
 from __future__ import annotations
+from fastcore.basics import patch
 import json
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -116,8 +117,8 @@ def _check_supported(d: dict):
 def _eos_ids(v) -> tuple[int, ...]:
     return () if v is None else (v,) if isinstance(v, int) else tuple(v)
 
-@classmethod
-def _from_hf(cls, d: dict) -> ModelConfig:
+@patch(cls_method=True)
+def from_hf(cls: ModelConfig, d: dict) -> ModelConfig:
     "A `ModelConfig` from a parsed Hugging Face `config.json`."
     _check_supported(d)
     arch = d['architectures'][0]
@@ -138,11 +139,10 @@ def _from_hf(cls, d: dict) -> ModelConfig:
                sliding_window=d.get('sliding_window') if arch == 'MistralForCausalLM' else None,
                bos_token_id=d.get('bos_token_id'), eos_token_ids=_eos_ids(d.get('eos_token_id')),
                dtype=d.get('dtype') or d.get('torch_dtype'))
-ModelConfig.from_hf = _from_hf
 
 # %% ../nbs/01_config.ipynb #a8250593
-@classmethod
-def _from_dir(cls, path: str | Path) -> ModelConfig:
+@patch(cls_method=True)
+def from_dir(cls: ModelConfig, path: str | Path) -> ModelConfig:
     "Read `config.json` from a model directory."
     p = Path(path)
     if not p.is_dir(): raise ModelNotFound(f"model directory {str(p)!r} does not exist")
@@ -152,4 +152,3 @@ def _from_dir(cls, path: str | Path) -> ModelConfig:
     try: d = json.loads(f.read_text())
     except json.JSONDecodeError as e: raise ConfigError(f"{f} is not valid JSON: {e}") from None
     return cls.from_hf(d)
-ModelConfig.from_dir = _from_dir

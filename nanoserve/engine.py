@@ -4,6 +4,7 @@
 
 # %% ../nbs/20_engine.ipynb #b9fcc0b8
 from __future__ import annotations
+from fastcore.basics import patch
 import itertools, threading, time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from .runner import ModelRunner
 from .grammar import GrammarCompiler
 
 # %% auto #0
-__all__ = ['EngineConfig', 'RequestOutput', 'keep_freed_memory', 'load_parts', 'make_cache', 'Engine']
+__all__ = ['EngineConfig', 'RequestOutput', 'keep_freed_memory', 'load_parts', 'make_cache', 'Engine', 'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
@@ -209,7 +210,9 @@ def _prompt_ids(self: Engine, prompt) -> list[int]:
     if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt): return list(prompt)
     raise RequestError(f"a prompt must be a string, a list of chat messages or a list of token ids, got {type(prompt).__name__}")
 
-def _check(self: Engine, prompt, params: SamplingParams | None) -> tuple[list[int], SamplingParams]:
+@patch
+def check(self: Engine, prompt, params: SamplingParams | None) -> tuple[list[int], SamplingParams]:
+    "Token ids and params of a request, or a `RequestError` saying what is wrong; nothing changes in the engine."
     params = params or SamplingParams()
     if not isinstance(params, SamplingParams): raise RequestError(f"params must be SamplingParams, got {type(params).__name__}")
     ids = _prompt_ids(self, prompt)
@@ -217,7 +220,9 @@ def _check(self: Engine, prompt, params: SamplingParams | None) -> tuple[list[in
     if params.structured is not None: self.grammars.check(params.structured)     # a bad schema is refused here, before anything is queued
     return ids, params
 
-def _add_checked(self: Engine, ids, params, request_id=None) -> str:
+@patch
+def add_checked(self: Engine, ids, params, request_id=None) -> str:
+    "Queue a request `check` accepted; return its id."
     rid = request_id if request_id is not None else f"req-{next(self._ids)}"
     if rid in self.scheduler.requests: raise RequestError(f"request id {rid!r} is already in use")
     matcher = None if params.structured is None else self.grammars.matcher(params.structured)
@@ -225,11 +230,11 @@ def _add_checked(self: Engine, ids, params, request_id=None) -> str:
     self.detok[rid], self.texts[rid] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), ''
     return rid
 
-def _add_request(self: Engine, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
+@patch
+def add_request(self: Engine, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
     "Check and queue one request; return its id."
-    ids, params = _check(self, prompt, params)
-    return _add_checked(self, ids, params, request_id)
-Engine.add_request = _add_request
+    ids, params = self.check(prompt, params)
+    return self.add_checked(ids, params, request_id)
 
 # %% ../nbs/20_engine.ipynb #f80db204
 def _output(self: Engine, req: Request) -> RequestOutput:
@@ -253,7 +258,8 @@ def _detokenize(self: Engine, req: Request):
             if not req.is_finished: self.scheduler.finish(req, RequestStatus.FINISHED_STOPPED, s)
             else: req.status, req.stop_reason = RequestStatus.FINISHED_STOPPED, s
 
-def _step(self: Engine) -> list[RequestOutput]:
+@patch
+def step(self: Engine) -> list[RequestOutput]:
     "One scheduling step; outputs of the requests that got a token (finished ones included)."
     if self.batch is not None: self.batch.before_schedule(self.scheduler, self.cache)     # the step boundary (Day 58)
     out = self.scheduler.schedule()
@@ -261,7 +267,9 @@ def _step(self: Engine) -> list[RequestOutput]:
     sampled = self.runner.execute(out)
     got = self.scheduler.update(out, sampled)
     for r in got:                      # a grammar that can take nothing more ends its request, as EOS would
-        if r.matcher is not None and not r.is_finished and r.matcher.done: self.scheduler.finish(r, RequestStatus.FINISHED_STOPPED)
+        if r.matcher is not None and not r.is_finished and r.matcher.done:
+            last = r.output_token_ids[-1]        # an EOS the grammar ended on (ignore_eos let it through) is not output
+            self.scheduler.finish(r, RequestStatus.FINISHED_STOPPED, last if last in self.stop_ids else None)
     for req in got: _detokenize(self, req)
     if self.config.check_invariants:
         check_invariants(self.cache)
@@ -272,23 +280,51 @@ def _step(self: Engine) -> list[RequestOutput]:
         if r.is_finished: self.detok.pop(r.request_id, None); self.texts.pop(r.request_id, None)
     return outs
 
-def _abort(self: Engine, request_id: str) -> bool:
+@patch
+def abort(self: Engine, request_id: str) -> bool:
     "Abort a request; its blocks return to the pool at once."
     self.detok.pop(request_id, None); self.texts.pop(request_id, None)
     return self.scheduler.abort(request_id)
 
-Engine.step, Engine.abort = _step, _abort
-Engine.has_unfinished = lambda self: self.scheduler.has_unfinished()
+@patch
+def has_unfinished(self: Engine) -> bool:
+    "Requests are running or waiting."
+    return self.scheduler.has_unfinished()
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    "The engine's counters as one value: what a caller outside the engine (Day 30's loop, a server) may read."
+    num_running: int
+    num_waiting: int
+    num_preemptions: int
+    num_steps: int
+    kv_usage: float
+    kv_free_blocks: int
+    kv_total_blocks: int
+
+@patch
+def snapshot(self: Engine) -> EngineSnapshot:
+    "The counters now (read on the engine's thread, or between steps)."
+    s, pool = self.scheduler, self.cache.pool
+    return EngineSnapshot(len(s.running), len(s.waiting), s.num_preemptions, self.num_steps, self.cache.usage, pool.num_free, pool.num_blocks)
+
+@patch
+def abort_all(self: Engine) -> int:
+    "Abort every request in the engine; how many there were."
+    rids = list(self.scheduler.requests)
+    for rid in rids: self.abort(rid)
+    return len(rids)
 
 # %% ../nbs/20_engine.ipynb #d5bdae01
-def _generate(self: Engine, prompts: list, params: SamplingParams | list[SamplingParams] | None = None,
+@patch
+def generate(self: Engine, prompts: list, params: SamplingParams | list[SamplingParams] | None = None,
               use_tqdm: bool = True) -> list[RequestOutput]:
     "Run every prompt to completion; results in input order."
     if isinstance(prompts, str) or (prompts and isinstance(prompts[0], dict)): prompts = [prompts]
     plist = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
     if len(plist) != len(prompts): raise RequestError(f"{len(plist)} sampling params for {len(prompts)} prompts")
-    checked = [_check(self, p, sp) for p, sp in zip(prompts, plist)]       # all or nothing
-    rids = [_add_checked(self, ids, sp) for ids, sp in checked]
+    checked = [self.check(p, sp) for p, sp in zip(prompts, plist)]       # all or nothing
+    rids = [self.add_checked(ids, sp) for ids, sp in checked]
     done: dict[str, RequestOutput] = {}
     from tqdm.auto import tqdm
     bar = tqdm(total=len(rids), desc='generate', unit='req', disable=not use_tqdm or len(rids) < 2)
@@ -297,4 +333,3 @@ def _generate(self: Engine, prompts: list, params: SamplingParams | list[Samplin
             if o.finished: done[o.request_id] = o; bar.update(1)
     bar.close()
     return [done[r] for r in rids]
-Engine.generate = _generate

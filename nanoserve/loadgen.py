@@ -4,6 +4,7 @@
 
 # %% ../nbs/40_loadgen.ipynb #a2c6b63c
 from __future__ import annotations
+from fastcore.basics import patch
 import asyncio, hashlib, ipaddress, json, os, random, re, signal, socket, subprocess, sys, tempfile, threading, time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, asdict, replace
@@ -136,14 +137,15 @@ def make_plan(num_requests: int, input_len=32, output_len=64, *, rate: float | N
                                rng.randrange(2**31), temperature) for i in range(num_requests))
     return ClientPlan(reqs, name or f"{kind} n={num_requests} in={input_len} out={output_len} " + ('crowd' if rate is None else f'rate={rate}'), rate)
 
-def _at_rate(self: ClientPlan, rate: float, seed: int = 0) -> ClientPlan:
+@patch
+def at_rate(self: ClientPlan, rate: float, seed: int = 0) -> ClientPlan:
     "The same requests with Poisson arrivals at `rate`/s."
     arr = poisson_arrivals(len(self), rate, random.Random(seed))
     return ClientPlan(tuple(replace(r, arrival=a) for r, a in zip(self.requests, arr)), re.sub(r' (crowd|rate=\S+)$', '', self.name) + f' rate={rate}', rate)
-def _as_crowd(self: ClientPlan) -> ClientPlan:
+@patch
+def as_crowd(self: ClientPlan) -> ClientPlan:
     "The same requests, all at t=0."
     return ClientPlan(tuple(replace(r, arrival=0.0) for r in self.requests), re.sub(r' (crowd|rate=\S+)$', '', self.name) + ' crowd')
-ClientPlan.at_rate, ClientPlan.as_crowd = _at_rate, _as_crowd
 
 # %% ../nbs/40_loadgen.ipynb #7e2f6ebc
 @dataclass

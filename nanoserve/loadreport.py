@@ -4,6 +4,7 @@
 
 # %% ../nbs/41_loadreport.ipynb #b7da3d54
 from __future__ import annotations
+from fastcore.basics import patch
 import csv, math
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -130,7 +131,8 @@ class LoadReport:
                    tuple(r.error for r in run.records if r.error)[:5])
 
 # %% ../nbs/41_loadreport.ipynb #76adfc7a
-def _as_dict(self: LoadReport) -> dict:
+@patch
+def as_dict(self: LoadReport) -> dict:
     "Flat: counts, throughputs, then latencies in ms (vLLM's key names), then the concurrency reading."
     d = {k: getattr(self, k) for k in ('label', 'plan', 'fingerprint', 'mode', 'rate', 'num_requests', 'completed', 'failed',
                                        'duration', 'prompt_tokens', 'output_tokens', 'request_throughput', 'output_throughput', 'total_throughput')}
@@ -140,7 +142,8 @@ def _as_dict(self: LoadReport) -> dict:
     c = self.concurrency
     return d | {'peak_running': c.peak_running, 'peak_in_flight': c.peak_in_flight, 'peak_streaming': c.peak_streaming, 'concurrency': c.verdict}
 
-def _render(self: LoadReport) -> str:
+@patch
+def render(self: LoadReport) -> str:
     "The report as the block `vllm bench serve` prints."
     rows = [('Successful requests', self.completed), ('Failed requests', self.failed), ('Benchmark duration (s)', f'{self.duration:.2f}'),
             ('Total input tokens', self.prompt_tokens), ('Total generated tokens', self.output_tokens),
@@ -156,7 +159,6 @@ def _render(self: LoadReport) -> str:
     lines += [' Concurrency '.center(50, '-'), f'{"Peak running (server):":<40}{str(c.peak_running):>10}',
               f'{"Peak in flight / streaming (client):":<40}{f"{c.peak_in_flight} / {c.peak_streaming}":>10}', f'{"Verdict:":<40}{c.verdict:>10}', '=' * 50]
     return '\n'.join(lines)
-LoadReport.as_dict, LoadReport.render = _as_dict, _render
 
 # %% ../nbs/41_loadreport.ipynb #53cc9375
 def table(reports: list[LoadReport], keys=('completed', 'failed', 'duration', 'request_throughput', 'output_throughput', 'ttft_p50_ms',

@@ -4,6 +4,7 @@
 
 # %% ../nbs/53_persist.ipynb #85e09a55
 from __future__ import annotations
+from fastcore.basics import patch
 import torch
 import torch.nn.functional as F
 from .model import AttentionBackend, CausalLM
@@ -31,7 +32,8 @@ class DecodeInputs:
         return {k: v.data_ptr() for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
 
 # %% ../nbs/53_persist.ipynb #06396339
-def _write(self: DecodeInputs, rows: list[int], tokens: list[int], context_lens: list[int], shape: DecodeShape, temperature=None):
+@patch
+def write(self: DecodeInputs, rows: list[int], tokens: list[int], context_lens: list[int], shape: DecodeShape, temperature=None):
     "Fill the buffers for a decode of len(rows) requests padded to `shape`."
     n, R = len(rows), shape.rows
     if not 0 < n <= R <= self.max_rows: raise ValueError(f"{n} rows do not fit shape {shape} (buffers hold {self.max_rows})")
@@ -44,7 +46,6 @@ def _write(self: DecodeInputs, rows: list[int], tokens: list[int], context_lens:
         buf[:n].copy_(real, non_blocking=True)
         if pad: buf[n:R].fill_(fill)
     if self.slot_table is not self.cache.slots: self.slot_table[:R, :shape.width].copy_(self.cache.slots[:R, :shape.width], non_blocking=True)
-DecodeInputs.write = _write
 
 # %% ../nbs/53_persist.ipynb #bd9fd6d2
 class StaticDecodeAttention(AttentionBackend):

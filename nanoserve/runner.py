@@ -63,8 +63,9 @@ class ModelRunner:
 
     def _sample(self, logits, reqs):
         stops = [set(r.params.stop_token_ids) | (set() if r.params.ignore_eos else self.stop_ids) for r in reqs]
+        raw = logits
         if rows := [i for i, r in enumerate(reqs) if r.matcher is not None]:     # structured output: only what each grammar allows
             logits = constrain(logits, rows, [reqs[i].matcher for i in rows], self.grammars, [stops[i] | self.stop_ids for i in rows])
-        drawn = sample(logits, reqs, stops)
+        drawn = sample(logits, reqs, stops, raw=raw if rows else None)         # logprobs: the model's own, mask or not
         for i in rows: reqs[i].matcher.accept(drawn[i][0])
         return {r.request_id: res for r, res in zip(reqs, drawn)}

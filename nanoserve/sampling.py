@@ -9,10 +9,13 @@ import torch
 from .generate import RequestError, make_generator, top_k_top_p
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'SamplingParams', 'check_request', 'apply_penalties', 'sample_row', 'top_logprobs', 'sample']
+__all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'SEED_RANGE', 'SamplingParams', 'check_request', 'apply_penalties', 'sample_row',
+           'top_logprobs', 'sample']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
+GREEDY_BELOW = 1e-5       # a temperature below this is greedy (as vLLM does): dividing by 1e-40 overflows the logits to inf
+SEED_RANGE = (-2**63, 2**64)   # what torch.Generator.manual_seed takes
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -49,7 +52,8 @@ class SamplingParams:
         for name in ('presence_penalty', 'frequency_penalty'):
             v = getattr(self, name)
             need(isinstance(v, (int, float)) and -2 <= v <= 2, f"{name} must be in [-2, 2], got {v!r}")
-        need(self.seed is None or isint(self.seed), f"seed must be an integer, got {self.seed!r}")
+        need(self.seed is None or isint(self.seed) and SEED_RANGE[0] <= self.seed < SEED_RANGE[1],
+             f"seed must be an integer in [-2**63, 2**64), got {self.seed!r}")
         need(isint(self.min_tokens) and 0 <= self.min_tokens <= self.max_tokens, f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
         need(self.logprobs is None or (isint(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs!r}")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
@@ -68,7 +72,7 @@ class SamplingParams:
         need(self.structured is None or self.min_tokens == 0, "min_tokens cannot be combined with structured output: the grammar decides where the output ends")
 
     @property
-    def greedy(self) -> bool: return self.temperature == 0
+    def greedy(self) -> bool: return self.temperature < GREEDY_BELOW
 
 def check_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int, max_model_len: int):
     "Raise `RequestError` for what needs the model to check: an empty or too long prompt, unknown stop token ids."
@@ -97,16 +101,18 @@ def apply_penalties(logits: torch.Tensor, params: SamplingParams, prompt_ids: li
 def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
                prompt_ids: list[int] = (), output_ids: list[int] = (), stop_ids: set[int] = frozenset()) -> int:
     "One token from one row of float32 logits [vocab], drawn with the request's generator."
-    logits = logits.float()
+    logits = given = logits.float()
     if params.logit_bias:
         ids, bias = zip(*params.logit_bias)
         logits = logits.index_add(0, torch.tensor(ids), torch.tensor(bias))
     logits = apply_penalties(logits, params, list(prompt_ids), list(output_ids))
     if len(output_ids) < params.min_tokens and stop_ids:
         logits = logits.index_fill(0, torch.tensor(sorted(stop_ids)), float('-inf'))
+    if not torch.isfinite(logits).any(): return int(given.argmax())      # penalties overflowed every allowed token: the likeliest one
     if params.greedy: return int(logits.argmax())
     probs = top_k_top_p(logits / params.temperature, max(params.top_k, 0), params.top_p).softmax(-1)
     if params.min_p > 0: probs = probs.masked_fill(probs < params.min_p * probs.max(), 0.0)
+    if not bool(torch.isfinite(probs).all()) or not float(probs.sum()) > 0: return int(given.argmax())
     return int(torch.multinomial(probs, 1, generator=generator))
 
 # %% ../nbs/14_sampling.ipynb #9b6726cc
@@ -119,10 +125,10 @@ def top_logprobs(logits: torch.Tensor, token: int, n: int) -> dict[int, float]:
         out.update({int(t): float(x) for t, x in zip(i, v)})
     return out
 
-def sample(logits: torch.Tensor, requests: list, stop_ids: list[set[int]]) -> list[tuple[int, dict | None]]:
-    "One (token, logprobs or None) per row of `logits` [rows, vocab], row i drawn for `requests[i]`."
+def sample(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: torch.Tensor | None = None) -> list[tuple[int, dict | None]]:
+    "One (token, logprobs or None) per row of `logits` [rows, vocab], row i drawn for `requests[i]`; logprobs from `raw` when given (the model's own logits, before a grammar's mask)."
     out = []
-    for row, req, stops in zip(logits, requests, stop_ids):
+    for i, (row, req, stops) in enumerate(zip(logits, requests, stop_ids)):
         tok = sample_row(row, req.params, req.generator, req.prompt_token_ids, req.output_token_ids, stops)
-        out.append((tok, None if req.params.logprobs is None else top_logprobs(row, tok, req.params.logprobs)))
+        out.append((tok, None if req.params.logprobs is None else top_logprobs(row if raw is None else raw[i], tok, req.params.logprobs)))
     return out

@@ -4,6 +4,7 @@
 
 # %% ../nbs/16_scheduler.ipynb #9fe96297
 from __future__ import annotations
+from fastcore.basics import patch
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -63,7 +64,8 @@ def _preempt(self: Scheduler, req: Request):
     req.num_preemptions += 1; self.num_preemptions += 1
     self.waiting.appendleft(req)
 
-def _schedule(self: Scheduler) -> SchedulerOutput:
+@patch
+def schedule(self: Scheduler) -> SchedulerOutput:
     "Choose this step's requests and token counts (see the notebook)."
     budget, out = self.max_num_batched_tokens, SchedulerOutput([])
     for req in list(self.running):
@@ -85,10 +87,10 @@ def _schedule(self: Scheduler) -> SchedulerOutput:
         out.scheduled.append(ScheduledRequest(req, n, self.cache.allocate(req, n))); budget -= n
     out.scheduled.sort(key=lambda s: s.num_tokens != 1)        # single-token chunks (decodes) first; stable
     return out
-Scheduler.schedule = _schedule
 
 # %% ../nbs/16_scheduler.ipynb #fdbd419b
-def _finish(self: Scheduler, req: Request, status: RequestStatus, reason: int | str | None = None):
+@patch
+def finish(self: Scheduler, req: Request, status: RequestStatus, reason: int | str | None = None):
     "End `req` with `status`, returning its blocks and row to the pool."
     if req.is_finished: return
     self.cache.free(req)
@@ -97,13 +99,15 @@ def _finish(self: Scheduler, req: Request, status: RequestStatus, reason: int | 
     self.requests.pop(req.request_id, None)
     req.status, req.stop_reason, req.finish_time = status, reason, time.monotonic()
 
-def _abort(self: Scheduler, request_id: str) -> bool:
+@patch
+def abort(self: Scheduler, request_id: str) -> bool:
     "Abort a request wherever it is; False if it is unknown or already finished."
     req = self.requests.get(request_id)
     if req is None: return False
-    _finish(self, req, RequestStatus.FINISHED_ABORTED); return True
+    self.finish(req, RequestStatus.FINISHED_ABORTED); return True
 
-def _update(self: Scheduler, out: SchedulerOutput, sampled: dict[str, tuple[int, dict | None]]) -> list[Request]:
+@patch
+def update(self: Scheduler, out: SchedulerOutput, sampled: dict[str, tuple[int, dict | None]]) -> list[Request]:
     "Advance counters, append sampled tokens, apply token-level stops; return the requests that got a token."
     now, got = time.monotonic(), []
     for s in out.scheduled:
@@ -116,9 +120,8 @@ def _update(self: Scheduler, out: SchedulerOutput, sampled: dict[str, tuple[int,
         got.append(req)
         p = req.params
         if len(req.output_token_ids) >= p.min_tokens:
-            if tok in p.stop_token_ids: _finish(self, req, RequestStatus.FINISHED_STOPPED, tok); continue
-            if not p.ignore_eos and tok in self.stop_ids: _finish(self, req, RequestStatus.FINISHED_STOPPED, tok); continue
+            if tok in p.stop_token_ids: self.finish(req, RequestStatus.FINISHED_STOPPED, tok); continue
+            if not p.ignore_eos and tok in self.stop_ids: self.finish(req, RequestStatus.FINISHED_STOPPED, tok); continue
         if req.num_output_tokens >= p.max_tokens or req.num_tokens >= self.cache.max_model_len:
-            _finish(self, req, RequestStatus.FINISHED_LENGTH)
+            self.finish(req, RequestStatus.FINISHED_LENGTH)
     return got
-Scheduler.finish, Scheduler.abort, Scheduler.update = _finish, _abort, _update

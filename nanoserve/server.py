@@ -100,10 +100,11 @@ async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, jobs: list, n: 
     "Yield (choice index, RequestOutput, new text) for every token of every (prompt, SamplingParams) job; jobs i*n..i*n+n-1 share prompt i."
     t0, queue = time.monotonic(), asyncio.Queue()
     gens = [aeng.generate(prompt, params) for prompt, params in jobs]
-    try: firsts = [await g.__anext__() for g in gens]          # validation errors surface here, before any output is sent
-    except BaseException:
+    # every choice is queued before any is awaited, so their prefills share steps; validation errors surface here, before any output
+    firsts = await asyncio.gather(*(g.__anext__() for g in gens), return_exceptions=True)
+    if errors := [f for f in firsts if isinstance(f, BaseException)]:
         for g in gens: await g.aclose()                        # the choices already queued are aborted, their blocks freed
-        raise
+        raise errors[0]
     metrics.on_prompt(sum(len(f.prompt_token_ids) for f in firsts[::n]))
     async def pump(i, g, first):
         try:
@@ -210,7 +211,12 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
         except RequestError as e: return refused(e)
         if body.model != model_name: return unknown_model(body.model)
         if not aeng.running: return error_response(503, f"the engine is not running: {aeng.error}", 'server_error', headers={'Retry-After': '5'})
-        if max_waiting is not None and aeng.stats().num_waiting + aeng.stats().num_running >= max_waiting + aeng.max_batch_size:
+
+    def at_capacity(n: int):
+        "A 503 if `n` more engine requests (a body's prompts times its n) would overflow the waiting queue."
+        if max_waiting is None: return None
+        s = aeng.stats()
+        if s.num_waiting + s.num_running + n > max_waiting + aeng.max_batch_size:
             return error_response(503, f"the server is at capacity ({max_waiting} waiting); retry later", 'server_error', headers={'Retry-After': '1'})
 
     @app.post('/v1/completions')
@@ -221,6 +227,7 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
             prompts, structured = prompts_of(body), structured_of(body)
             jobs = [(p, sampling_params(body, j, default_max_tokens, structured)) for p in prompts for j in range(body.n)]
         except NanoserveError as e: return refused(e)
+        if (full := at_capacity(len(jobs))) is not None: return full
         echo = (lambda i: prompts[i // body.n] if isinstance(prompts[i // body.n], str) else aeng.decode(prompts[i // body.n])) if body.echo else None
         return await respond(body, jobs, 'text_completion', 'cmpl', echo=echo)
 
@@ -236,6 +243,7 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
             ids = aeng.encode_chat(msgs, body.tools if aeng.chat_knows_tools and mode != 'none' else None)
             jobs = [(ids, sampling_params(body, j, default_max_tokens, structured)) for j in range(body.n)]
         except NanoserveError as e: return refused(e)
+        if (full := at_capacity(len(jobs))) is not None: return full
         return await respond(body, jobs, 'chat.completion', 'chatcmpl', tools=(mode, tools) if tools and mode != 'none' else None)
 
     async def respond(body, jobs, kind, prefix, echo=None, tools=None):
@@ -266,7 +274,8 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
         mode, fns = tools
         content, calls = parse_tool_calls(text, fns) if mode == 'auto' else (None, forced_calls(mode, text) if finish == 'stop' else [])
         if not calls: return text, None, finish
-        return content, calls, 'tool_calls' if finish == 'stop' else finish
+        # OpenAI ends a choice that called a tool it chose with 'tool_calls', and one whose function the client named with 'stop'
+        return content, calls, 'tool_calls' if finish == 'stop' and mode in ('auto', 'required') else finish
 
     def logprobs_of(kind, toks, lps):
         "OpenAI's logprobs object for tokens `toks` and their {token: logprob} dicts."
@@ -318,7 +327,6 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
                     content, calls, finish = calls_of(tools, o.text, finish)
                     if content: yield chunk(i, content, o=o)
                     if calls: yield chunk(i, calls=[{'index': k, **c} for k, c in enumerate(calls)], o=o)
-                elif named and finish == 'stop': finish = 'tool_calls'
                 yield chunk(i, finish=finish, o=o)
             if body.stream_options is not None and body.stream_options.include_usage:
                 p = sum(prompt_n[::body.n])

@@ -4,6 +4,7 @@
 
 # %% ../nbs/02_tokenizer.ipynb #ddb70f47
 from __future__ import annotations
+from fastcore.basics import patch
 import json
 from datetime import datetime
 from pathlib import Path
@@ -44,7 +45,8 @@ class Tokenizer:
 _CLEANUPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
              (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
-def _encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+@patch
+def encode(self: Tokenizer, text: str, add_special_tokens: bool = True) -> list[int]:
     "Token ids of `text`; `add_special_tokens` lets `tokenizer.json`'s post-processor add e.g. a BOS."
     if not isinstance(text, str): raise TokenizerError(f"can only encode str, got {type(text).__name__}")
     try: text.encode('utf-8')
@@ -53,13 +55,13 @@ def _encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
                              "character: send valid UTF-8 text") from None
     return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
-def _decode(self, ids, skip_special_tokens: bool = True) -> str:
+@patch
+def decode(self: Tokenizer, ids, skip_special_tokens: bool = True) -> str:
     "Text of `ids`; bytes that do not form a whole character become U+FFFD."
     text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
     if self.clean_up_spaces:
         for a, b in _CLEANUPS: text = text.replace(a, b)
     return text
-Tokenizer.encode, Tokenizer.decode = _encode, _decode
 
 # %% ../nbs/02_tokenizer.ipynb #e9eec945
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -75,7 +77,8 @@ def compile_chat_template(source: str) -> jinja2.Template:
     try: return env.from_string(source)
     except jinja2.TemplateSyntaxError as e: raise TokenizerError(f"the chat template does not compile: {e}") from None
 
-def _apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kwargs) -> str:
+@patch
+def apply_chat_template(self: Tokenizer, messages: list[dict], add_generation_prompt: bool = True, **kwargs) -> str:
     "Render chat `messages` ([{'role', 'content'}, ...]) to the prompt text the model was trained on."
     if not self.chat_template:
         raise TokenizerError("this model has no chat template: send a plain prompt instead of chat messages")
@@ -90,10 +93,10 @@ def _apply_chat_template(self, messages: list[dict], add_generation_prompt: bool
                                      **{**self.special_tokens, **kwargs})
     except jinja2.TemplateError as e: raise TokenizerError(f"the chat template refused these messages: {e}") from None
 
-def _encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+@patch
+def encode_chat(self: Tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
     "Token ids of the rendered chat; the template wrote the special tokens, so none are added."
     return self.encode(self.apply_chat_template(messages, add_generation_prompt), add_special_tokens=False)
-Tokenizer.apply_chat_template, Tokenizer.encode_chat = _apply_chat_template, _encode_chat
 
 # %% ../nbs/02_tokenizer.ipynb #106d298d
 SPECIAL_KEYS = ('bos_token', 'eos_token', 'unk_token', 'pad_token')
@@ -107,8 +110,8 @@ def _read_template(path: Path, cfg: dict) -> str | None:
     if isinstance(t, list): t = next((x['template'] for x in t if x.get('name') == 'default'), None)
     return t
 
-@classmethod
-def _from_dir(cls, path: str | Path) -> Tokenizer:
+@patch(cls_method=True)
+def from_dir(cls: Tokenizer, path: str | Path) -> Tokenizer:
     "Load `tokenizer.json` and `tokenizer_config.json` from a model directory."
     p = Path(path)
     if not (p/'tokenizer.json').is_file():
@@ -120,7 +123,6 @@ def _from_dir(cls, path: str | Path) -> Tokenizer:
     special = {k: _token_str(cfg.get(k, smap.get(k))) for k in SPECIAL_KEYS}
     return cls(backend, _read_template(p, cfg), {k: v for k, v in special.items() if v is not None},
                bool(cfg.get('clean_up_tokenization_spaces', False)))
-Tokenizer.from_dir = _from_dir
 
 # %% ../nbs/02_tokenizer.ipynb #42b38139
 class IncrementalDetokenizer:

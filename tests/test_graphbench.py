@@ -38,7 +38,7 @@ def test_health_has_both_halves_and_the_gates_read_it(tiny):
     assert 'nanoserve_capture_replays_total' in m and 'nanoserve_capture_fallbacks' in m
 
 def test_same_answers_needs_the_crowd(arms):
-    "Acceptance 1: the prefix rule off, the crowd catches it and a solo client of the same arm does not."
+    "The prefix rule off: the crowd catches it and a solo client of the same arm does not."
     path, broken = arms['path'], HOST + ('--no-capture-prefix-rule',)
     check_same_answers(arms['eager'], arms['host'])                                                 # passes
     ruleless = run_arm('host, no prefix rule', broken, PLANS[:1], path)

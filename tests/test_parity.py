@@ -1,4 +1,4 @@
-"Acceptance 1: tiny random checkpoints load in nanoserve and match transformers (logits within 1e-4, 32 greedy tokens)."
+"Tiny random checkpoints load in nanoserve and match transformers (logits within 1e-4, 32 greedy tokens)."
 import pytest, torch, transformers
 from conftest import TINY_KINDS
 from nanoserve.model import load_model, DenseKV

@@ -1,4 +1,4 @@
-"Acceptance 4 (pull): interrupted pulls leave the whole model or nothing; pulls are idempotent and checksummed."
+"Pulls: interrupted pulls leave the whole model or nothing; pulls are idempotent and checksummed."
 import dataclasses, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest

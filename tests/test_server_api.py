@@ -24,11 +24,22 @@ def test_n_choices_use_seed_plus_index(app, tiny):
     assert [c['text'] for c in r['choices']] == [w.text for w in want]
     assert r['usage']['completion_tokens'] == sum(len(w.token_ids) for w in want)
 
-def test_logprobs_are_returned(app):
+def test_logprobs_are_the_models(app, tiny):
+    "Each token's logprob equals transformers' log-softmax at that position, and the top ones are the largest of them."
+    import torch, transformers
+    path = tiny('llama_tied_gqa')
     r = post(app, '/v1/completions', {'model': 'tiny', 'prompt': 'hello', 'max_tokens': 4, 'logprobs': 3, 'temperature': 0}).json()
     lp = r['choices'][0]['logprobs']
-    assert len(lp['token_logprobs']) == 4 and all(x <= 0 for x in lp['token_logprobs'])
-    assert all(len(t) >= 3 for t in lp['top_logprobs'])
+    out = Engine.build(path, dtype='float32').generate(['hello'], SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)[0]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad(): ref = hf(torch.tensor([out.prompt_token_ids + out.token_ids])).logits[0].log_softmax(-1)
+    n = len(out.prompt_token_ids)
+    want = [float(ref[n - 1 + i, t]) for i, t in enumerate(out.token_ids)]
+    assert len(lp['token_logprobs']) == 4 and all(abs(a - b) < 1e-4 for a, b in zip(lp['token_logprobs'], want)), (lp['token_logprobs'], want)
+    for i, top in enumerate(lp['top_logprobs']):
+        best = sorted(ref[n - 1 + i].tolist(), reverse=True)[:3]
+        assert abs(lp['token_logprobs'][i] - best[0]) < 1e-4                            # greedy: the likeliest token
+        assert all(any(abs(v - b) < 1e-4 for b in best) for v in top.values()), (top, best)   # every reported one is among the top 3
 
 def test_stop_string_over_http(app, tiny):
     full = post(app, '/v1/completions', {'model': 'tiny', 'prompt': 'abc', 'max_tokens': 12, 'temperature': 0}).json()['choices'][0]['text']
