@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
 
-.PHONY: install install-test install-dev demo serve test export check-export pytest preview readme clean
+.PHONY: install install-test install-dev demo serve test stress export check-export pytest preview readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,3 +65,13 @@ readme: install-test
 
 clean:
 	rm -rf $(VENV) _site _proc
+
+# The whole suite three times in a row, each under an extra busy core (CI runs under load: a flaky test is a bug).
+stress: install-test
+	@for i in 1 2 3; do \
+	  ( while :; do :; done ) & busy=$$!; \
+	  start=$$(date +%s); \
+	  OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests nbs; rc=$$?; \
+	  kill $$busy; echo "stress run $$i: exit $$rc after $$(( $$(date +%s) - start )) s under an extra busy core"; \
+	  [ $$rc -eq 0 ] || exit $$rc; \
+	done

@@ -11,7 +11,7 @@ from dataclasses import dataclass, asdict
 from typing import AsyncIterator, Callable
 from .core import NanoserveError
 from .engine import Engine, RequestOutput
-from .generate import RequestError
+from .core import RequestError
 from .sampling import SamplingParams
 
 # %% auto #0

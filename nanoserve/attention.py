@@ -12,8 +12,8 @@ from .model import AttentionBackend, sdpa_reference
 from .kvcache import KVCache
 
 # %% auto #0
-__all__ = ['INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk', 'AttentionMetadata', 'build_metadata', 'PagedAttention',
-           'InvariantPagedAttention']
+__all__ = ['INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk', 'AttentionMetadata', 'build_metadata', 'window_attention',
+           'PagedAttention', 'InvariantPagedAttention']
 
 # %% ../nbs/12_attention.ipynb #2c0509f4
 @dataclass
@@ -55,11 +55,23 @@ def _expand_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     s = x.shape
     return x.unsqueeze(-3).expand(*s[:-2], groups, *s[-2:]).reshape(*s[:-3], s[-3] * groups, *s[-2:])
 
+def window_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: torch.Tensor, mask: torch.Tensor,
+                     new_k: torch.Tensor | None = None, new_v: torch.Tensor | None = None) -> torch.Tensor:
+    """Decode attention of R rows, one query token each ([R, heads, D]), over K/V gathered from a pool ([slots, kv_heads, D]) through
+    `win` ([R * W] slots); `mask` [R, W'] says what each row sees; `new_k`/`new_v` [R, kv_heads, D], when given, are appended (the
+    step's own token, not yet in the pool). Grouped-query attention without copying K/V: a KV head's query heads are its "queries"."""
+    R, kvh, D = mask.shape[0], kc.shape[1], kc.shape[2]
+    K, V = kc.index_select(0, win).view(R, -1, kvh, D), vc.index_select(0, win).view(R, -1, kvh, D)     # [R, W, kv_heads, D]
+    if new_k is not None: K, V = torch.cat([K, new_k[:, None]], 1), torch.cat([V, new_v[:, None]], 1)
+    o = F.scaled_dot_product_attention(q.view(R, kvh, -1, D), K.transpose(1, 2), V.transpose(1, 2), attn_mask=mask[:, None, None, :])
+    return o.reshape(R, -1, D)
+
 class PagedAttention(AttentionBackend):
     "Attention over a `KVCache` for one step described by `AttentionMetadata`."
     def __init__(self, cache: KVCache, meta: AttentionMetadata):
         self.cache, self.meta = cache, meta
 
+    @torch.compiler.disable          # eager even inside compiled layers (Day 49): its shapes change every step
     def attend(self, layer, q, k, v):
         m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
         n = m.num_tokens
@@ -67,14 +79,9 @@ class PagedAttention(AttentionBackend):
         out = torch.zeros_like(q)
         groups = q.shape[1] // k.shape[1]
         if nd := m.num_decodes:
-            width, kvh, D = int(m.decode_context.max()), k.shape[1], k.shape[2]
+            width = int(m.decode_context.max())
             win = self.cache.slots[m.decode_rows, :width].to(torch.int64).clamp_(min=0).flatten()   # [nd * width]
-            K = kc.index_select(0, win).view(nd, width, kvh, D).transpose(1, 2)                    # [nd, kv_heads, width, D]
-            V = vc.index_select(0, win).view(nd, width, kvh, D).transpose(1, 2)
-            mask = (torch.arange(width) < m.decode_context[:, None])[:, None, None, :]             # [nd, 1, 1, width]
-            # grouped-query attention without copying K/V: a KV head's `groups` query heads are its "queries"
-            o = F.scaled_dot_product_attention(q[:nd].view(nd, kvh, groups, D), K, V, attn_mask=mask)
-            out[:nd] = o.reshape(nd, kvh * groups, D)
+            out[:nd] = window_attention(q[:nd], kc, vc, win, torch.arange(width) < m.decode_context[:, None])
         for c in m.chunks[nd:]:
             idx = self.cache.slots[c.row, :c.context_len].to(torch.int64)
             out[c.start:c.start + c.num_tokens] = sdpa_reference(q[c.start:c.start + c.num_tokens], kc[idx], vc[idx])
@@ -86,6 +93,7 @@ INVARIANT_PAD = 64        # the batch-invariant runner pads the flat batch to a 
 
 class InvariantPagedAttention(PagedAttention):
     "Per-token attention in fixed key blocks, combined left to right: a token's result ignores its batch."
+    @torch.compiler.disable
     def attend(self, layer, q, k, v):
         m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
         n, T, H, D = m.num_tokens, *q.shape

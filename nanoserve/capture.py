@@ -20,8 +20,9 @@ from .persist import DecodeInputs, decode_layers, decode_step, decode_args, deco
 # %% auto #0
 __all__ = ['DEFAULT_CAPTURE_LIMIT', 'RECORDERS', 'CaptureError', 'CaptureLimitError', 'ShapesNotCaptured', 'ReplaysDoNotDominate',
            'ScatteredRows', 'CaptureStats', 'Recorder', 'register_recorder', 'make_recorder', 'HostRecorder',
-           'StaticCompileRecorder', 'size_oblivious', 'CompileRecorder', 'CudaGraphRecorder', 'rows_are_a_prefix',
-           'CapturedDecode', 'check_all_shapes_captured', 'check_replays_dominate', 'check_no_scattered_rows']
+           'recompile_limits', 'StaticCompileRecorder', 'size_oblivious', 'CompileRecorder', 'CudaGraphRecorder',
+           'rows_are_a_prefix', 'CapturedDecode', 'check_all_shapes_captured', 'check_replays_dominate',
+           'check_no_scattered_rows']
 
 # %% ../nbs/54_capture.ipynb #968eaff8
 DEFAULT_CAPTURE_LIMIT = 64     # recordings per recorder, unless told otherwise
@@ -115,10 +116,11 @@ class HostRecorder(Recorder):
         fn(*args); self.priced_seconds += self.price_s
         return lambda: fn(*args)
 
-def _raise_recompile_limits(n: int):
+def recompile_limits(n: int) -> contextlib.AbstractContextManager:
+    "Dynamo's recompile limits raised to at least `n` while the block runs, restored after (the process's own settings are not changed)."
     import torch._dynamo.config as dc
-    for k in ('recompile_limit', 'cache_size_limit', 'accumulated_recompile_limit', 'accumulated_cache_size_limit'):
-        if hasattr(dc, k): setattr(dc, k, max(getattr(dc, k), n))
+    keys = ('recompile_limit', 'cache_size_limit', 'accumulated_recompile_limit', 'accumulated_cache_size_limit')
+    return dc.patch(**{k: max(getattr(dc, k), n) for k in keys if hasattr(dc, k)})
 
 @register_recorder
 class StaticCompileRecorder(Recorder):
@@ -126,11 +128,12 @@ class StaticCompileRecorder(Recorder):
     name = 'compile_static'
     def __init__(self, limit: int = DEFAULT_CAPTURE_LIMIT, mode: str | None = None):
         super().__init__(limit); self.mode = mode
-        _raise_recompile_limits(4 * limit)            # one compiled entry per shape
     def _record(self, fn, args, shape):
         compiled = torch.compile(fn, dynamic=False, mode=self.mode)
-        compiled(*args)                               # compile now, not on the first served step
-        return lambda: compiled(*args)
+        def replay():
+            with recompile_limits(4 * self.limit): return compiled(*args)    # one compiled entry per shape
+        replay()                                      # compile now, not on the first served step
+        return replay
 
 def size_oblivious():
     "Dynamo's size-oblivious reasoning for backed sizes, where this torch has it: no 0/1 specialisation, so one row shares the trace."
@@ -144,12 +147,11 @@ class CompileRecorder(Recorder):
     def __init__(self, limit: int = DEFAULT_CAPTURE_LIMIT, layers_per_run: int = 10, mode: str | None = None):
         super().__init__(limit); self.layers_per_run = layers_per_run
         self.run = torch.compile(decode_layers, dynamic=True, mode=mode)    # traced on the first recording, reused after
-        _raise_recompile_limits(16)
     def _record(self, fn, args, shape):
         L = args[0].config.num_hidden_layers          # args[0] is the model (decode_args)
         n = max(d for d in range(1, min(self.layers_per_run, L) + 1) if L % d == 0)   # equal runs, so one trace serves them all
         def replay():
-            with size_oblivious(): return fn(*args, layers_per_run=n, run=self.run)
+            with size_oblivious(), recompile_limits(16): return fn(*args, layers_per_run=n, run=self.run)
         replay()                                      # the first shape traces and compiles; later ones only run
         return replay
 

@@ -83,7 +83,7 @@ PROMPT_FIELDS = {'max_tokens', 'temperature', 'top_k', 'top_p', 'min_p', 'seed',
 
 def read_prompts_file(path: str, defaults: dict) -> list[tuple[object, dict, str]]:
     "(prompt or messages, sampling fields, label) per line of a JSON-lines file; errors name the line."
-    from nanoserve.generate import RequestError
+    from nanoserve.core import RequestError
     out = []
     try: lines = open(path, encoding='utf-8').read().splitlines()
     except OSError as e: raise RequestError(f"cannot read --prompts-file {path!r}: {e.strerror}") from None
@@ -104,7 +104,7 @@ def cmd_generate(args) -> int:
     from nanoserve.pull import resolve_model
     from nanoserve.launch import build_engine, config_from_args
     from nanoserve.sampling import SamplingParams
-    from nanoserve.generate import RequestError
+    from nanoserve.core import RequestError
     defaults = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     items = [([{'role': 'user', 'content': p}] if args.chat else p, dict(defaults), p) for p in args.prompts]
     if args.prompts_file: items += read_prompts_file(args.prompts_file, defaults)
@@ -142,7 +142,7 @@ def cmd_bench(args) -> int:
     from nanoserve.pull import resolve_model
     from nanoserve.launch import build_engine, config_from_args
     from nanoserve.batch import PersistentBatch
-    from nanoserve.generate import RequestError
+    from nanoserve.core import RequestError
     try: lo, hi = map(int, args.prompt_len.split(':'))
     except ValueError: raise RequestError(f"--prompt-len must be MIN:MAX, got {args.prompt_len!r}") from None
     path, rows = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), []

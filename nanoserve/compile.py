@@ -5,20 +5,14 @@
 # %% ../nbs/49_compile.ipynb #107f7e76
 from __future__ import annotations
 import torch
-from .model import CausalLM, DenseStep
-from .attention import PagedAttention, InvariantPagedAttention
+from .model import CausalLM
 
 # %% auto #0
 __all__ = ['compile_layers']
 
 # %% ../nbs/49_compile.ipynb #54b6955b
-_EAGER_BACKENDS = (PagedAttention, InvariantPagedAttention, DenseStep)
-
 def compile_layers(model: CausalLM, dynamic: bool = True) -> CausalLM:
-    "Compile each decoder layer in place (dynamic shapes), keeping the attention backends' `attend` eager."
-    for cls in _EAGER_BACKENDS:
-        if not getattr(cls.attend, '_nanoserve_eager', False):
-            cls.attend = torch.compiler.disable(cls.attend); cls.attend._nanoserve_eager = True
+    "Compile each decoder layer in place (dynamic shapes); the attention backends' `attend` stays eager (each is marked `torch.compiler.disable` where it is defined, Days 05 and 12)."
     for layer in model.model.layers: layer.compile(dynamic=dynamic)
     model.compiled_layers = True      # what Engine checks against EngineConfig(compile=True) (Day 20)
     return model

@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 # %% auto #0
-__all__ = ['CACHE_ENV', 'DTYPES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError', 'ModelNotFound', 'PullError',
-           'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags', 'auto_dtype', 'resolve_dtype', 'sha256_file',
-           'human_bytes']
+__all__ = ['CACHE_ENV', 'DTYPES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError', 'ModelNotFound',
+           'RequestError', 'PullError', 'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags', 'auto_dtype',
+           'resolve_dtype', 'sha256_file', 'human_bytes']
 
 # %% ../nbs/00_core.ipynb #2b605166
 class NanoserveError(Exception):
@@ -28,6 +28,9 @@ class TokenizerError(NanoserveError, ValueError):
 
 class ModelNotFound(NanoserveError, FileNotFoundError):
     "A `--model` that is neither a model directory nor a name nanoserve can pull."
+
+class RequestError(NanoserveError, ValueError):
+    "A request whose parameters cannot be served (empty prompt, bad sampling value, ...)."
 
 class PullError(NanoserveError, RuntimeError):
     "Fetching or converting the default model failed; the cache is left as it was."

@@ -14,7 +14,8 @@ from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .fast import speed_up
 from .model import CausalLM, load_model
 from .weights import weight_bytes
-from .generate import RequestError, make_generator, stop_ids_for
+from .generate import make_generator, stop_ids_for
+from .core import RequestError
 from .request import Request, RequestStatus
 from .kvcache import KVCache, plan_kv_pool, check_invariants
 from .sampling import SamplingParams, check_request
@@ -255,8 +256,7 @@ def _detokenize(self: Engine, req: Request):
         if hits:
             i, s = min(hits)
             self.texts[rid] = text[:i + len(s)] if p.include_stop_str_in_output else text[:i]
-            if not req.is_finished: self.scheduler.finish(req, RequestStatus.FINISHED_STOPPED, s)
-            else: req.status, req.stop_reason = RequestStatus.FINISHED_STOPPED, s
+            self.scheduler.finish(req, RequestStatus.FINISHED_STOPPED, s)     # the scheduler writes every status (Day 16)
 
 @patch
 def step(self: Engine) -> list[RequestOutput]:

@@ -8,18 +8,15 @@ import json, secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
-from .core import NanoserveError
+from .core import NanoserveError, RequestError
 from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .model import CausalLM, DenseKV, load_model
 
 # %% auto #0
-__all__ = ['RequestError', 'SampleSpec', 'Completion', 'top_k_top_p', 'sample_reference', 'make_generator', 'generate_ids',
-           'stop_ids_for', 'ReferenceLM']
+__all__ = ['SampleSpec', 'Completion', 'top_k_top_p', 'sample_reference', 'make_generator', 'generate_ids', 'stop_ids_for',
+           'ReferenceLM']
 
 # %% ../nbs/06_generate.ipynb #b6bde1a1
-class RequestError(NanoserveError, ValueError):
-    "A request whose parameters cannot be served (empty prompt, bad sampling value, ...)."
-
 @dataclass(frozen=True)
 class SampleSpec:
     "The sampling settings the reference generate understands (the engine's `SamplingParams` grows these)."

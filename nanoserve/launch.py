@@ -4,7 +4,7 @@
 
 # %% ../nbs/56_launch.ipynb #3ee016a1
 from __future__ import annotations
-import argparse, sys, time
+import argparse, socket, sys, time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 import torch
@@ -244,7 +244,11 @@ def serve(args, batch=None) -> int:
     name = args.served_model_name or Path(path).name
     app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log, batch=batch)
     for line in boot_lines(aeng.engine, name): log(line)
-    log(f"serving on http://{args.host}:{args.port} (OpenAI API under /v1; /health, /metrics)")
-    try: uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    try:
+        sock = socket.create_server((args.host, args.port))       # bound here, so that --port 0 can say which port the OS chose
+        port = sock.getsockname()[1]
+        log(f"serving on http://{args.host}:{port} (OpenAI API under /v1; /health, /metrics)")
+        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level=args.log_level, timeout_graceful_shutdown=5))
+        server.run(sockets=[sock])
     finally: aeng.shutdown()
     return 0

@@ -14,10 +14,10 @@ import httpx
 from .core import NanoserveError
 
 # %% auto #0
-__all__ = ['MAX_PLAN_REQUESTS', 'KINDS', 'WORDS', 'RUNNING_GAUGES', 'WAITING_GAUGES', 'LoadgenError', 'ClientRequest',
-           'ClientPlan', 'prompt_text', 'draw_lengths', 'poisson_arrivals', 'parse_lengths', 'make_plan',
-           'RequestRecord', 'Watch', 'check_loopback', 'server_identity', 'LoadRun', 'run_plan_async', 'run_plan',
-           'free_port', 'wait_healthy', 'nanoserve_command', 'spawn_server']
+__all__ = ['MAX_PLAN_REQUESTS', 'KINDS', 'WORDS', 'RUNNING_GAUGES', 'WAITING_GAUGES', 'ANNOUNCED', 'LoadgenError',
+           'ClientRequest', 'ClientPlan', 'prompt_text', 'draw_lengths', 'poisson_arrivals', 'parse_lengths',
+           'make_plan', 'RequestRecord', 'Watch', 'check_loopback', 'server_identity', 'LoadRun', 'run_plan_async',
+           'run_plan', 'free_port', 'wait_healthy', 'nanoserve_command', 'wait_announced', 'spawn_server']
 
 # %% ../nbs/40_loadgen.ipynb #3e858d9f
 class LoadgenError(NanoserveError, ValueError):
@@ -347,22 +347,39 @@ def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float 
 def nanoserve_command(model: str, port: int, *flags: str) -> list[str]:
     return [str(Path(sys.executable).parent/'nanoserve'), 'serve', '--model', str(model), '--host', '127.0.0.1', '--port', str(port), *flags]
 
+ANNOUNCED = re.compile(r'serving on (http://[0-9.]+:[0-9]+)')
+
+def wait_announced(proc: subprocess.Popen, read_log, timeout: float) -> str:
+    "The URL a server announced on its log (`serving on http://HOST:PORT`, Day 56) once it bound its port."
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if m := ANNOUNCED.search(read_log()): return m.group(1)
+        if proc.poll() is not None: raise LoadgenError(f"the server exited with code {proc.returncode} before it bound a port:\n{read_log()[-3000:]}")
+        time.sleep(0.1)
+    raise LoadgenError(f"the server did not say which port it bound within {timeout} s:\n{read_log()[-3000:]}")
+
 @contextmanager
 def spawn_server(model: str | None = None, *flags: str, command: list[str] | None = None, port: int | None = None,
-           cpus: str | None = None, env: dict | None = None, timeout: float = 300.0, health_path: str = '/health'):
-    "Run a server (default: `nanoserve serve --model model *flags`) on loopback; yield (url, seconds to healthy)."
-    port = port or free_port()
+           cpus: str | None = None, env: dict | None = None, timeout: float = 300.0, health_path: str = '/health', cwd: str | None = None):
+    """Run a server (default: `nanoserve serve --model model *flags`) on loopback; yield (url, seconds to healthy).
+    nanoserve is started with `--port 0` and announces the port it bound; a `command` of another server must carry its `port`
+    (or bind port 0 and announce it as nanoserve does, with `port=0`)."""
+    if command is None: port = 0 if port is None else port
+    elif port is None: raise LoadgenError("give the port the command's server listens on (or 0 if it announces its own)")
     cmd = command or nanoserve_command(model, port, *flags)
     if cpus: cmd = ['taskset', '-c', cpus, *cmd]
     log = tempfile.TemporaryFile('w+')               # a file, not a pipe: a chatty server must never block on a full pipe
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env={**os.environ, **(env or {})})
-    def tail(): log.seek(0); return log.read()[-3000:]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env={**os.environ, **(env or {})}, cwd=cwd)
+    def read(): log.seek(0); return log.read()
+    def tail(): return read()[-3000:]
     try:
-        url = f'http://127.0.0.1:{port}'
-        yield url, wait_healthy(url, proc, timeout, health_path, tail)
+        t0 = time.monotonic()
+        url = wait_announced(proc, read, timeout) if port == 0 else f'http://127.0.0.1:{port}'
+        wait_healthy(url, proc, max(1.0, timeout - (time.monotonic() - t0)), health_path, tail)
+        yield url, time.monotonic() - t0
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+            os.killpg(proc.pid, signal.SIGINT)           # the whole session: a wrapper (make, taskset) and the server under it
             try: proc.wait(30)
             except subprocess.TimeoutExpired: os.killpg(proc.pid, signal.SIGKILL); proc.wait()
         log.close()

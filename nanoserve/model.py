@@ -59,6 +59,7 @@ class DenseStep(AttentionBackend):
     kv: DenseKV
     num_new: list[int]   # [num_seqs] tokens of each sequence in the flat batch
 
+    @torch.compiler.disable          # eager even inside compiled layers (Day 49): a loop over sequences of varying lengths
     def attend(self, layer, q, k, v):
         out, start = torch.empty_like(q), 0
         for s, n in enumerate(self.num_new):

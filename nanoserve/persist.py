@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from .model import AttentionBackend, CausalLM
 from .kvcache import KVCache
+from .attention import window_attention
 from .buckets import DecodeShape
 
 # %% auto #0
@@ -58,13 +59,9 @@ class StaticDecodeAttention(AttentionBackend):
         (R, W), kc, vc = self.table.shape, self.k_pools[i], self.v_pools[i]
         old = torch.arange(W, device=q.device) < (self.context_lens[:, None] - 1)             # [R, W] the cached prefix
         win = torch.where(old, self.table.to(torch.int64).clamp(min=0), self.pad_slot).flatten()   # [R * W] past it: the (finite) pad slot
-        kvh, D = k.shape[1], k.shape[2]
-        K = torch.cat([kc.index_select(0, win).view(R, W, kvh, D), k[:, None]], 1).transpose(1, 2)   # [R, kv_heads, W + 1, D]
-        V = torch.cat([vc.index_select(0, win).view(R, W, kvh, D), v[:, None]], 1).transpose(1, 2)
-        mask = torch.cat([old, old.new_ones(R, 1)], 1)[:, None, None, :]                       # prefix and the token itself: [R, 1, 1, W + 1]
-        o = F.scaled_dot_product_attention(q.view(R, kvh, -1, D), K, V, attn_mask=mask)   # GQA: a KV head's query heads as its queries
+        o = window_attention(q, kc, vc, win, torch.cat([old, old.new_ones(R, 1)], 1), k, v)   # the prefix and the token itself (Day 12)
         self.new_k.append(k); self.new_v.append(v)
-        return o.reshape(R, -1, D)
+        return o
 
 def decode_layers(layers, rotary, x, positions, k_pools, v_pools, context_lens, table, pad_slot: int):
     "A run of decoder layers at one decode step, reading pools [n, slots, kv_heads, D]: (x, new K [n, R, kv_heads, D], new V)."

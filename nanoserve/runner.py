@@ -9,7 +9,7 @@ from .model import CausalLM
 from .kvcache import KVCache
 from .attention import SeqChunk, build_metadata, PagedAttention, InvariantPagedAttention, INVARIANT_PAD
 from .scheduler import SchedulerOutput
-from .sampling import sample
+from .sampling import sample, stop_token_set
 from .grammar import constrain
 
 # %% auto #0
@@ -62,7 +62,7 @@ class ModelRunner:
         return self._sample(self.model.compute_logits(rows)[:len(reqs)].cpu(), reqs)
 
     def _sample(self, logits, reqs):
-        stops = [set(r.params.stop_token_ids) | (set() if r.params.ignore_eos else self.stop_ids) for r in reqs]
+        stops = [stop_token_set(r.params, self.stop_ids) for r in reqs]
         raw = logits
         if rows := [i for i, r in enumerate(reqs) if r.matcher is not None]:     # structured output: only what each grammar allows
             logits = constrain(logits, rows, [reqs[i].matcher for i in rows], self.grammars, [stops[i] | self.stop_ids for i in rows])

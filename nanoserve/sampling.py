@@ -6,11 +6,12 @@
 from __future__ import annotations
 from dataclasses import dataclass, field
 import torch
-from .generate import RequestError, make_generator, top_k_top_p
+from .generate import make_generator, top_k_top_p
+from .core import RequestError
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'SEED_RANGE', 'SamplingParams', 'check_request', 'apply_penalties', 'sample_row',
-           'top_logprobs', 'sample']
+__all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'SEED_RANGE', 'SamplingParams', 'stop_token_set', 'check_request', 'apply_penalties',
+           'sample_row', 'top_logprobs', 'sample']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
@@ -73,6 +74,10 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool: return self.temperature < GREEDY_BELOW
+
+def stop_token_set(params: SamplingParams, eos_ids) -> set[int]:
+    "The token ids that end a request: its `stop_token_ids`, and the model's EOS ids unless `ignore_eos`. The one home of this rule (the sampler's `min_tokens` mask and the scheduler's stop both read it)."
+    return set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos_ids))
 
 def check_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int, max_model_len: int):
     "Raise `RequestError` for what needs the model to check: an empty or too long prompt, unknown stop token ids."

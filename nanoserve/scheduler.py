@@ -9,6 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from .core import ConfigError
+from .sampling import stop_token_set
 from .request import Request, RequestStatus
 from .kvcache import KVCache
 
@@ -91,8 +92,10 @@ def schedule(self: Scheduler) -> SchedulerOutput:
 # %% ../nbs/16_scheduler.ipynb #fdbd419b
 @patch
 def finish(self: Scheduler, req: Request, status: RequestStatus, reason: int | str | None = None):
-    "End `req` with `status`, returning its blocks and row to the pool."
-    if req.is_finished: return
+    "End `req` with `status`, returning its blocks and row to the pool; a request already ended is only relabelled (a stop string found in its last text)."
+    if req.is_finished:
+        req.status, req.stop_reason = status, reason
+        return
     self.cache.free(req)
     if req in self.running: self.running.remove(req)
     if req in self.waiting: self.waiting.remove(req)
@@ -119,9 +122,8 @@ def update(self: Scheduler, out: SchedulerOutput, sampled: dict[str, tuple[int, 
         if lp is not None: req.logprobs.append(lp)
         got.append(req)
         p = req.params
-        if len(req.output_token_ids) >= p.min_tokens:
-            if tok in p.stop_token_ids: self.finish(req, RequestStatus.FINISHED_STOPPED, tok); continue
-            if not p.ignore_eos and tok in self.stop_ids: self.finish(req, RequestStatus.FINISHED_STOPPED, tok); continue
+        if len(req.output_token_ids) >= p.min_tokens and tok in stop_token_set(p, self.stop_ids):
+            self.finish(req, RequestStatus.FINISHED_STOPPED, tok); continue
         if req.num_output_tokens >= p.max_tokens or req.num_tokens >= self.cache.max_model_len:
             self.finish(req, RequestStatus.FINISHED_LENGTH)
     return got

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily
 from . import __version__
 from .core import NanoserveError
-from .generate import RequestError
+from .core import RequestError
 from .protocol import (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, check_text, check_unsupported, chat_messages,
                                 prompts_of, structured_of, sampling_params)
 from .tools import check_tools, tool_mode, forced_structured, forced_calls, parse_tool_calls, call_id

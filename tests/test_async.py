@@ -95,7 +95,7 @@ def test_shutdown_ends_open_streams_and_frees_blocks(tiny):
     assert not aeng._thread.is_alive() and aeng.engine.cache.pool.num_free == aeng.engine.plan.num_blocks
 
 def test_bad_input_refused_before_the_engine_sees_it(tiny):
-    from nanoserve.generate import RequestError
+    from nanoserve.core import RequestError
     aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), max_model_len=64, dtype='float32'))
     try:
         with pytest.raises(RequestError, match='max_model_len is 64'): asyncio.run(final(aeng, [5] * 64, params(0, 3)))

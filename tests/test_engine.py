@@ -2,7 +2,8 @@
 import pytest, torch
 from nanoserve.engine import Engine, EngineConfig
 from nanoserve.sampling import SamplingParams
-from nanoserve.generate import generate_ids, SampleSpec, RequestError
+from nanoserve.generate import generate_ids, SampleSpec
+from nanoserve.core import RequestError
 from nanoserve.kvcache import check_invariants
 
 def prompts16(vocab, seed=0):

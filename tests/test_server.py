@@ -1,37 +1,16 @@
 "The server end to end: a real `nanoserve serve` process on 127.0.0.1 and the official openai client."
-import asyncio, json, os, signal, socket, subprocess, sys, time
+import asyncio, sys, time
 from pathlib import Path
 import httpx, openai, pytest
 from nanoserve.engine import Engine
+from nanoserve.loadgen import spawn_server
 from nanoserve.sampling import SamplingParams
 
-NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
-def start(model, *flags):
-    port = free_port()
-    proc = subprocess.Popen([NANOSERVE, 'serve', '--model', str(model), '--dtype', 'float32', '--port', str(port), *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url, t0 = f'http://127.0.0.1:{port}', time.monotonic()
-    while True:
-        assert proc.poll() is None, proc.communicate()
-        try:
-            if httpx.get(url + '/health', timeout=1).status_code == 200: return proc, url
-        except httpx.HTTPError: pass
-        assert time.monotonic() - t0 < 90, 'server did not come up'
-        time.sleep(0.2)
 
 @pytest.fixture(scope='module')
 def server(tiny):
     path = tiny('llama_tied_gqa')
-    proc, url = start(path, '--max-batch-size', '8', '--served-model-name', 'tiny')
-    yield path, url
-    proc.send_signal(signal.SIGINT)
-    try: proc.wait(20)
-    except subprocess.TimeoutExpired: proc.kill(); raise
+    with spawn_server(path, '--dtype', 'float32', '--max-batch-size', '8', '--served-model-name', 'tiny') as (url, _): yield path, url
 
 def stats(url): return httpx.get(url + '/health').json()['stats']
 
@@ -102,19 +81,13 @@ def test_dropped_clients_leave_nothing_held(server):
     assert 'nanoserve_requests_running 0.0' in m and 'nanoserve_generation_tokens_total' in m
 
 def test_api_key(tiny):
-    proc, url = start(tiny('llama_tied_gqa'), '--api-key', 'sekret', '--served-model-name', 'tiny')
-    try:
+    with spawn_server(tiny('llama_tied_gqa'), '--dtype', 'float32', '--api-key', 'sekret', '--served-model-name', 'tiny') as (url, _):
         assert httpx.get(url + '/health').status_code == 200
         with pytest.raises(openai.AuthenticationError): openai.OpenAI(base_url=url + '/v1', api_key='wrong').models.list()
         assert [m.id for m in openai.OpenAI(base_url=url + '/v1', api_key='sekret').models.list()] == ['tiny']
-    finally:
-        proc.send_signal(signal.SIGINT); proc.wait(20)
 
 def test_default_model_chat_streaming_and_not(default_model):
-    t0 = time.monotonic()
-    proc, url = start(default_model, '--max-batch-size', '4')
-    boot = time.monotonic() - t0
-    try:
+    with spawn_server(default_model, '--dtype', 'float32', '--max-batch-size', '4') as (url, boot):
         client = openai.OpenAI(base_url=url + '/v1', api_key='none')
         name = client.models.list().data[0].id
         msgs = [{'role': 'user', 'content': 'What is the capital of France?'}]
@@ -132,27 +105,11 @@ def test_default_model_chat_streaming_and_not(default_model):
         assert ''.join(pieces) == offline.text
         print(f"\nboot to first /health 200: {boot:.1f} s; streamed chat: TTFT {first - t1:.3f} s, "
               f"{len(offline.token_ids) / (total - (first - t1)):.1f} tok/s after the first token")
-    finally:
-        proc.send_signal(signal.SIGINT); proc.wait(20)
 
 def test_make_serve_brings_up_a_server(tiny):
-    "`make serve` on a tiny model: the README's main command answers /health."
+    "`make serve` on a tiny model: the README's main command answers /health (PORT=0: the server binds a port and says which)."
     root = Path(__file__).resolve().parents[1]
-    port = free_port()
-    proc = subprocess.Popen(['make', '-s', 'serve', f'MODEL={tiny("llama_tied_gqa")}', f'PORT={port}', f'BIN={Path(sys.executable).parent}'],
-                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        t0 = time.monotonic()
-        while True:
-            assert proc.poll() is None, proc.communicate()
-            try:
-                r = httpx.get(f'http://127.0.0.1:{port}/health', timeout=1)
-                if r.status_code == 200: break
-            except httpx.HTTPError: pass
-            assert time.monotonic() - t0 < 120, 'make serve did not come up'
-            time.sleep(0.3)
+    cmd = ['make', '-s', 'serve', f'MODEL={tiny("llama_tied_gqa")}', 'PORT=0', f'BIN={Path(sys.executable).parent}']
+    with spawn_server(command=cmd, port=0, cwd=str(root), timeout=120) as (url, _):
+        r = httpx.get(url + '/health')
         assert r.json()['status'] == 'ok' and r.json()['kv_pool']['num_blocks'] > 0
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try: proc.wait(20)
-        except subprocess.TimeoutExpired: os.killpg(proc.pid, signal.SIGKILL)

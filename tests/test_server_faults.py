@@ -47,7 +47,9 @@ def test_full_queue_gives_503_with_retry_after(tiny):
     async def main():
         async with client_for(app) as c:
             first = [asyncio.create_task(c.post('/v1/completions', json={'model': 'tiny', 'prompt': 'hello', 'max_tokens': 200, 'seed': i})) for i in range(2)]
-            while aeng.stats().num_running + aeng.stats().num_waiting < 2: await asyncio.sleep(0.01)
+            async def both_in():                   # the engine's own counters say both are in; a deadline, never a hang
+                while aeng.stats().num_running + aeng.stats().num_waiting < 2: await asyncio.sleep(0.01)
+            await asyncio.wait_for(both_in(), 60)
             refused = await c.post('/v1/completions', json={'model': 'tiny', 'prompt': 'hello', 'max_tokens': 5})
             await asyncio.gather(*first)
             return refused
