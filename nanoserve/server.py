@@ -5,6 +5,7 @@
 # %% ../nbs/32_server.ipynb #c7029a1e
 from __future__ import annotations
 import asyncio, json, time, uuid
+from dataclasses import dataclass
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -20,7 +21,11 @@ from .tools import check_tools, tool_mode, forced_structured, forced_calls, pars
 from .async_engine import AsyncEngine, EngineDeadError
 
 # %% auto #0
-__all__ = ['LATENCY_BUCKETS', 'error_response', 'CaptureCollector', 'ServerMetrics', 'run_choices', 'create_app']
+__all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'ROUTES', 'error_response', 'CaptureCollector', 'ServerMetrics', 'run_choices',
+           'Served', 'served_of', 'guard', 'on_http_error', 'on_invalid', 'refused', 'unknown_model', 'admit',
+           'at_capacity', 'get_health', 'get_metrics', 'get_version', 'get_models', 'tokenize', 'detokenize', 'Reply',
+           'calls_of', 'logprobs_of', 'choice', 'usage', 'collect', 'sse_data', 'sse', 'completions', 'chat', 'respond',
+           'openapi_schema', 'create_app']
 
 # %% ../nbs/32_server.ipynb #118df800
 def error_response(status: int, message: str, type_: str = 'invalid_request_error', param: str | None = None,
@@ -127,212 +132,264 @@ async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, jobs: list, n: 
         for t in tasks: t.cancel()
 
 # %% ../nbs/32_server.ipynb #c0dd00cf
+@dataclass
+class Served:
+    "What the routes of one app share (on `app.state.served`): the engine's face, its metrics and the server's settings."
+    aeng: AsyncEngine
+    metrics: ServerMetrics
+    model_name: str
+    health: dict
+    api_key: str | None = None
+    max_waiting: int | None = None
+    max_body_bytes: int = 1 << 20
+    default_max_tokens: int = 16
+
+def served_of(request: Request) -> Served: return request.app.state.served
+
+OPEN_PATHS = {'/health', '/metrics', '/version'}       # answered without the API key: probes and scrapers
+
+async def guard(request: Request, call_next):
+    "The API key (when one is set) and the body size limit, checked while the body is read, so a 10 MB body is never held."
+    s = served_of(request)
+    if s.api_key and request.url.path not in OPEN_PATHS and request.headers.get('authorization') != f'Bearer {s.api_key}':
+        return error_response(401, 'missing or wrong API key: send "Authorization: Bearer <key>"', 'authentication_error', code='invalid_api_key')
+    if request.method == 'POST':
+        size = request.headers.get('content-length')
+        if size and size.isdigit() and int(size) > s.max_body_bytes:
+            return error_response(413, f"the body is {int(size)} bytes; the limit is {s.max_body_bytes}", code='body_too_large')
+        body, n = [], 0
+        async for chunk in request.stream():
+            n += len(chunk)
+            if n > s.max_body_bytes: return error_response(413, f"the body is over the limit of {s.max_body_bytes} bytes", code='body_too_large')
+            body.append(chunk)
+        request._body = b''.join(body)        # starlette's cache of the body: the handler reads what was counted here
+    return await call_next(request)
+
+async def on_http_error(request, exc: StarletteHTTPException):     # 404 unknown path, 405 wrong method: OpenAI-shaped too
+    return error_response(exc.status_code, str(exc.detail), 'invalid_request_error' if exc.status_code < 500 else 'server_error',
+                          headers=getattr(exc, 'headers', None))
+
+async def on_invalid(request, exc: RequestValidationError):
+    msg, param = _validation_message(exc)
+    return error_response(400, msg, param=param)
+
+def refused(e: NanoserveError) -> JSONResponse: return error_response(400, str(e), param=getattr(e, 'param', None))
+
+def unknown_model(s: Served, name) -> JSONResponse:
+    return error_response(404, f"model {name!r} is not served here; this server serves {s.model_name!r}", param='model', code='model_not_found')
+
+def admit(s: Served, body) -> JSONResponse | None:
+    "A refusal of `body` before any work: text that is not text, another model, a dead engine; else None."
+    try: check_text(body)                 # first: every message below may quote the body
+    except RequestError as e: return refused(e)
+    if body.model != s.model_name: return unknown_model(s, body.model)
+    if not s.aeng.running: return error_response(503, f"the engine is not running: {s.aeng.error}", 'server_error', headers={'Retry-After': '5'})
+
+def at_capacity(s: Served, n: int) -> JSONResponse | None:
+    "A 503 if `n` more engine requests (a body's prompts times its n) would overflow the waiting queue."
+    if s.max_waiting is None: return None
+    st = s.aeng.stats()
+    if st.num_waiting + st.num_running + n > s.max_waiting + s.aeng.max_batch_size:
+        return error_response(503, f"the server is at capacity ({s.max_waiting} waiting); retry later", 'server_error', headers={'Retry-After': '1'})
+
+# %% ../nbs/32_server.ipynb #f793832e
+async def get_health(request: Request):
+    s = served_of(request)
+    if not s.aeng.running: return JSONResponse({**s.health, 'status': 'dead', 'error': str(s.aeng.error)}, 503)
+    body = {**s.health, 'status': 'ok', 'stats': s.aeng.stats().as_dict()}
+    if (cs := s.aeng.capture_stats()) is not None:     # the counters go beside the boot half (Day 56), never over it
+        body['cuda_graphs'] = {**s.health.get('cuda_graphs', {}), 'runtime': cs.as_dict()}
+    return body
+
+async def get_metrics(request: Request): return Response(generate_latest(served_of(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+async def get_version(): return {'version': __version__}
+
+async def get_models(request: Request):
+    s = served_of(request)
+    return {'object': 'list', 'data': [{'id': s.model_name, 'object': 'model', 'created': 0, 'owned_by': 'nanoserve',
+                                        'root': s.model_name, 'max_model_len': s.aeng.max_model_len}]}
+
+async def tokenize(body: TokenizeRequest, request: Request):
+    s = served_of(request)
+    try: check_text(body)
+    except RequestError as e: return refused(e)
+    if body.model not in (None, s.model_name): return unknown_model(s, body.model)
+    if (body.prompt is None) == (body.messages is None): return error_response(400, "give a 'prompt' or 'messages', one of the two")
+    try:
+        if body.prompt is not None: ids = s.aeng.encode(body.prompt, body.add_special_tokens)
+        else:
+            msgs = chat_messages(ChatRequest(model=s.model_name, messages=body.messages), s.aeng.chat_knows_tools)
+            ids = s.aeng.encode_chat(msgs, add_generation_prompt=body.add_generation_prompt)
+    except NanoserveError as e: return refused(e)
+    return {'count': len(ids), 'max_model_len': s.aeng.max_model_len, 'tokens': ids}
+
+async def detokenize(body: DetokenizeRequest, request: Request):
+    s = served_of(request)
+    try: check_text(body)
+    except RequestError as e: return refused(e)
+    if body.model not in (None, s.model_name): return unknown_model(s, body.model)
+    try: return {'prompt': s.aeng.decode(body.tokens)}
+    except NanoserveError as e: return refused(e)
+
+# %% ../nbs/32_server.ipynb #f09f6f6e
+@dataclass
+class Reply:
+    "One response being built: what it answers and how its choices are shaped."
+    s: Served
+    body: object
+    kind: str                 # 'text_completion' or 'chat.completion'
+    rid: str
+    created: int
+    n_choices: int
+    head: list[str]           # per choice: the echoed prompt text, or ''
+    tools: tuple | None       # (tool mode, {name: argument schema}) when the choices may be calls
+
+def calls_of(tools, text: str, finish: str):
+    "(content, tool calls, finish_reason) of a finished chat choice with tools."
+    mode, fns = tools
+    content, calls = parse_tool_calls(text, fns) if mode == 'auto' else (None, forced_calls(mode, text) if finish == 'stop' else [])
+    if not calls: return text, None, finish
+    # OpenAI ends a choice that called a tool it chose with 'tool_calls', and one whose function the client named with 'stop'
+    return content, calls, 'tool_calls' if finish == 'stop' and mode in ('auto', 'required') else finish
+
+def logprobs_of(aeng: AsyncEngine, kind: str, toks, lps):
+    "OpenAI's logprobs object for tokens `toks` and their {token: logprob} dicts."
+    if kind == 'text_completion':
+        return {'tokens': [aeng.token_text(t) for t in toks], 'token_logprobs': [d.get(t) for t, d in zip(toks, lps)],
+                'top_logprobs': [{aeng.token_text(k): v for k, v in d.items()} for d in lps], 'text_offset': []}
+    return {'content': [{'token': aeng.token_text(t), 'logprob': d.get(t), 'bytes': None,
+                         'top_logprobs': [{'token': aeng.token_text(k), 'logprob': v, 'bytes': None} for k, v in d.items()]}
+                        for t, d in zip(toks, lps)]}
+
+def choice(r: Reply, i: int, o):
+    "Choice `i` of a finished, non-streamed response."
+    lp = None if o.logprobs is None else logprobs_of(r.s.aeng, r.kind, o.token_ids, o.logprobs[:len(o.token_ids)])
+    if r.kind == 'text_completion': return {'index': i, 'text': r.head[i] + o.text, 'finish_reason': o.finish_reason, 'logprobs': lp}
+    content, calls, finish = calls_of(r.tools, o.text, o.finish_reason) if r.tools else (o.text, None, o.finish_reason)
+    message = {'role': 'assistant', 'content': content, **({'tool_calls': calls} if calls else {})}
+    return {'index': i, 'message': message, 'finish_reason': finish, 'logprobs': lp}
+
+def usage(prompt: int, completion: int) -> dict:
+    return {'prompt_tokens': prompt, 'completion_tokens': completion, 'total_tokens': prompt + completion}
+
+async def collect(r: Reply, first, stream):
+    "The non-streamed response: every choice's last output."
+    final = {}
+    try:
+        i, o, _ = first; final[i] = o
+        async for i, o, _ in stream: final[i] = o
+    except EngineDeadError as e: return error_response(500, f"the engine failed during the request: {e}", 'server_error')
+    prompt_n = sum(len(final[i].prompt_token_ids) for i in range(0, r.n_choices, r.body.n))
+    return {'id': r.rid, 'object': r.kind, 'created': r.created, 'model': r.s.model_name, 'choices': [choice(r, i, final[i]) for i in range(r.n_choices)],
+            'usage': usage(prompt_n, sum(len(o.token_ids) for o in final.values()))}
+
+# %% ../nbs/32_server.ipynb #881436f4
+def sse_data(obj) -> str: return 'data: ' + json.dumps(obj) + '\n\n'       # the one place an event is framed
+
+async def sse(r: Reply, first, stream):
+    "The streamed response: a chunk per token of each choice (its text delta, and logprobs when asked), a finish chunk, usage, [DONE]."
+    chat_ = r.kind == 'chat.completion'
+    chunk_kind = 'chat.completion.chunk' if chat_ else 'text_completion'
+    def event(choices, **extra):
+        return sse_data({'id': r.rid, 'object': chunk_kind, 'created': r.created, 'model': r.s.model_name, 'choices': choices, **extra})
+    def chunk(i, delta=None, finish=None, calls=None, o=None):
+        lp = None
+        if o is not None and o.logprobs is not None and sent[i] < len(o.token_ids):   # the tokens since the last chunk that carried some
+            lp, sent[i] = logprobs_of(r.s.aeng, r.kind, o.token_ids[sent[i]:], o.logprobs[sent[i]:len(o.token_ids)]), len(o.token_ids)
+        if not chat_: return event([{'index': i, 'text': delta or '', 'finish_reason': finish, 'logprobs': lp}])
+        d = {'content': delta} if delta else {}
+        if calls: d['tool_calls'] = calls
+        return event([{'index': i, 'delta': d, 'finish_reason': finish, **({'logprobs': lp} if lp else {})}])
+    # a forced named function streams its arguments as they come; `required` and `auto` are parsed once the choice is done
+    tools, n = r.tools, r.n_choices
+    named = tools is not None and tools[0] not in ('auto', 'required')
+    ids, sent, totals, prompt_n = [call_id() for _ in range(n)], [0] * n, [0] * n, [0] * n
+    try:
+        for i in range(n):
+            if chat_: yield event([{'index': i, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}])
+            if named: yield chunk(i, calls=[{'index': 0, 'id': ids[i], 'type': 'function', 'function': {'name': tools[0], 'arguments': ''}}])
+            if r.head[i]: yield chunk(i, r.head[i])
+        async def all_items():
+            yield first
+            async for x in stream: yield x
+        async for i, o, delta in all_items():
+            totals[i], prompt_n[i] = len(o.token_ids), len(o.prompt_token_ids)
+            if delta and named: yield chunk(i, calls=[{'index': 0, 'function': {'arguments': delta}}], o=o)
+            elif delta and not tools: yield chunk(i, delta, o=o)
+            if not o.finished: continue
+            finish = o.finish_reason
+            if tools and not named:
+                content, calls, finish = calls_of(tools, o.text, finish)
+                if content: yield chunk(i, content, o=o)
+                if calls: yield chunk(i, calls=[{'index': k, **c} for k, c in enumerate(calls)], o=o)
+            yield chunk(i, finish=finish, o=o)
+        if r.body.stream_options is not None and r.body.stream_options.include_usage:
+            yield event([], usage=usage(sum(prompt_n[::r.body.n]), sum(totals)))
+        yield 'data: [DONE]\n\n'
+    except EngineDeadError as e:
+        yield sse_data({'error': {'message': f"the engine failed during the request: {e}", 'type': 'server_error', 'param': None, 'code': None}})
+    finally: await stream.aclose()
+
+# %% ../nbs/32_server.ipynb #f798c912
+async def completions(body: CompletionRequest, request: Request):
+    s = served_of(request)
+    if (refusal := admit(s, body)) is not None: return refusal
+    try:
+        check_unsupported(body)
+        prompts, structured = prompts_of(body), structured_of(body)
+        jobs = [(p, sampling_params(body, j, s.default_max_tokens, structured)) for p in prompts for j in range(body.n)]
+    except NanoserveError as e: return refused(e)
+    if (full := at_capacity(s, len(jobs))) is not None: return full
+    echo = (lambda i: prompts[i // body.n] if isinstance(prompts[i // body.n], str) else s.aeng.decode(prompts[i // body.n])) if body.echo else None
+    return await respond(s, body, jobs, 'text_completion', 'cmpl', echo=echo)
+
+async def chat(body: ChatRequest, request: Request):
+    s = served_of(request)
+    if (refusal := admit(s, body)) is not None: return refusal
+    try:
+        check_unsupported(body)
+        tools = check_tools(body.tools) if body.tools else None
+        mode = tool_mode(body.tool_choice, tools)
+        structured = structured_of(body, forced_structured(mode, tools, body.parallel_tool_calls) if tools else None)
+        msgs = chat_messages(body, s.aeng.chat_knows_tools)
+        ids = s.aeng.encode_chat(msgs, body.tools if s.aeng.chat_knows_tools and mode != 'none' else None)
+        jobs = [(ids, sampling_params(body, j, s.default_max_tokens, structured)) for j in range(body.n)]
+    except NanoserveError as e: return refused(e)
+    if (full := at_capacity(s, len(jobs))) is not None: return full
+    return await respond(s, body, jobs, 'chat.completion', 'chatcmpl', tools=(mode, tools) if tools and mode != 'none' else None)
+
+async def respond(s: Served, body, jobs, kind, prefix, echo=None, tools=None):
+    "Run the jobs; answer with one JSON body or a stream of events. Validation errors surface before anything is sent."
+    rid, created = f"{prefix}-{uuid.uuid4().hex[:16]}", int(time.time())
+    stream = run_choices(s.aeng, s.metrics, jobs, body.n)
+    try: first = await stream.__anext__()
+    except (RequestError, NanoserveError) as e:
+        if isinstance(e, EngineDeadError): return error_response(500, f"the engine failed: {e}", 'server_error')
+        return refused(e)
+    head = [echo(i) if echo else '' for i in range(len(jobs))]          # echo: the prompt's text before each choice's
+    reply = Reply(s, body, kind, rid, created, len(jobs), head, tools)
+    if body.stream: return StreamingResponse(sse(reply, first, stream), media_type='text/event-stream')
+    return await collect(reply, first, stream)
+
+# %% ../nbs/32_server.ipynb #28e9f3a2
+ROUTES = [('GET', '/health', get_health), ('GET', '/metrics', get_metrics), ('GET', '/version', get_version), ('GET', '/v1/models', get_models),
+          ('POST', '/tokenize', tokenize), ('POST', '/detokenize', detokenize),
+          ('POST', '/v1/completions', completions), ('POST', '/v1/chat/completions', chat)]
+
+def openapi_schema() -> dict:
+    "The API's OpenAPI schema from the routes alone (no engine is needed): what a fuzzer generates its requests from."
+    app = FastAPI(title='nanoserve', version=__version__)
+    for method, path, route in ROUTES: app.add_api_route(path, route, methods=[method])
+    return app.openapi()
+
 def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | None = None, max_waiting: int | None = None,
                max_body_bytes: int = 1 << 20, default_max_tokens: int = 16) -> FastAPI:
-    "The FastAPI app serving `aeng` as model `model_name`."
+    "The FastAPI app serving `aeng` as model `model_name`: the routes above, over one `Served`."
     app = FastAPI(title='nanoserve', version=__version__)
-    app.state.aeng, app.state.metrics = aeng, (metrics := ServerMetrics(aeng, model_name))
-    open_paths = {'/health', '/metrics', '/version'}
-
-    @app.middleware('http')
-    async def guard(request: Request, call_next):
-        if api_key and request.url.path not in open_paths and request.headers.get('authorization') != f'Bearer {api_key}':
-            return error_response(401, 'missing or wrong API key: send "Authorization: Bearer <key>"', 'authentication_error', code='invalid_api_key')
-        if request.method == 'POST':
-            size = request.headers.get('content-length')
-            if size and size.isdigit() and int(size) > max_body_bytes:
-                return error_response(413, f"the body is {int(size)} bytes; the limit is {max_body_bytes}", code='body_too_large')
-            body, n = [], 0
-            async for chunk in request.stream():
-                n += len(chunk)
-                if n > max_body_bytes: return error_response(413, f"the body is over the limit of {max_body_bytes} bytes", code='body_too_large')
-                body.append(chunk)
-            request._body = b''.join(body)
-        return await call_next(request)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def on_http_error(request, exc: StarletteHTTPException):     # 404 unknown path, 405 wrong method: OpenAI-shaped too
-        return error_response(exc.status_code, str(exc.detail), 'invalid_request_error' if exc.status_code < 500 else 'server_error',
-                              headers=getattr(exc, 'headers', None))
-
-    @app.exception_handler(RequestValidationError)
-    async def on_invalid(request, exc: RequestValidationError):
-        msg, param = _validation_message(exc)
-        return error_response(400, msg, param=param)
-
-    @app.get('/health')
-    async def get_health():
-        if not aeng.running: return JSONResponse({**health, 'status': 'dead', 'error': str(aeng.error)}, 503)
-        body = {**health, 'status': 'ok', 'stats': aeng.stats().as_dict()}
-        if (cs := aeng.capture_stats()) is not None:     # the counters go beside the boot half (Day 56), never over it
-            body['cuda_graphs'] = {**health.get('cuda_graphs', {}), 'runtime': cs.as_dict()}
-        return body
-
-    @app.get('/metrics')
-    async def get_metrics(): return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get('/version')
-    async def get_version(): return {'version': __version__}
-
-    @app.get('/v1/models')
-    async def get_models():
-        return {'object': 'list', 'data': [{'id': model_name, 'object': 'model', 'created': 0, 'owned_by': 'nanoserve',
-                                            'root': model_name, 'max_model_len': aeng.max_model_len}]}
-
-    def refused(e: NanoserveError) -> JSONResponse: return error_response(400, str(e), param=getattr(e, 'param', None))
-
-    @app.post('/tokenize')
-    async def tokenize(body: TokenizeRequest):
-        try: check_text(body)
-        except RequestError as e: return refused(e)
-        if body.model not in (None, model_name): return unknown_model(body.model)
-        if (body.prompt is None) == (body.messages is None): return error_response(400, "give a 'prompt' or 'messages', one of the two")
-        try:
-            if body.prompt is not None: ids = aeng.encode(body.prompt, body.add_special_tokens)
-            else:
-                msgs = chat_messages(ChatRequest(model=model_name, messages=body.messages), aeng.chat_knows_tools)
-                ids = aeng.encode_chat(msgs, add_generation_prompt=body.add_generation_prompt)
-        except NanoserveError as e: return refused(e)
-        return {'count': len(ids), 'max_model_len': aeng.max_model_len, 'tokens': ids}
-
-    @app.post('/detokenize')
-    async def detokenize(body: DetokenizeRequest):
-        try: check_text(body)
-        except RequestError as e: return refused(e)
-        if body.model not in (None, model_name): return unknown_model(body.model)
-        try: return {'prompt': aeng.decode(body.tokens)}
-        except NanoserveError as e: return refused(e)
-
-    def unknown_model(name):
-        return error_response(404, f"model {name!r} is not served here; this server serves {model_name!r}", param='model', code='model_not_found')
-
-    async def admit(body):
-        try: check_text(body)                 # first: every message below may quote the body
-        except RequestError as e: return refused(e)
-        if body.model != model_name: return unknown_model(body.model)
-        if not aeng.running: return error_response(503, f"the engine is not running: {aeng.error}", 'server_error', headers={'Retry-After': '5'})
-
-    def at_capacity(n: int):
-        "A 503 if `n` more engine requests (a body's prompts times its n) would overflow the waiting queue."
-        if max_waiting is None: return None
-        s = aeng.stats()
-        if s.num_waiting + s.num_running + n > max_waiting + aeng.max_batch_size:
-            return error_response(503, f"the server is at capacity ({max_waiting} waiting); retry later", 'server_error', headers={'Retry-After': '1'})
-
-    @app.post('/v1/completions')
-    async def completions(body: CompletionRequest):
-        if (refusal := await admit(body)) is not None: return refusal
-        try:
-            check_unsupported(body)
-            prompts, structured = prompts_of(body), structured_of(body)
-            jobs = [(p, sampling_params(body, j, default_max_tokens, structured)) for p in prompts for j in range(body.n)]
-        except NanoserveError as e: return refused(e)
-        if (full := at_capacity(len(jobs))) is not None: return full
-        echo = (lambda i: prompts[i // body.n] if isinstance(prompts[i // body.n], str) else aeng.decode(prompts[i // body.n])) if body.echo else None
-        return await respond(body, jobs, 'text_completion', 'cmpl', echo=echo)
-
-    @app.post('/v1/chat/completions')
-    async def chat(body: ChatRequest):
-        if (refusal := await admit(body)) is not None: return refusal
-        try:
-            check_unsupported(body)
-            tools = check_tools(body.tools) if body.tools else None
-            mode = tool_mode(body.tool_choice, tools)
-            structured = structured_of(body, forced_structured(mode, tools, body.parallel_tool_calls) if tools else None)
-            msgs = chat_messages(body, aeng.chat_knows_tools)
-            ids = aeng.encode_chat(msgs, body.tools if aeng.chat_knows_tools and mode != 'none' else None)
-            jobs = [(ids, sampling_params(body, j, default_max_tokens, structured)) for j in range(body.n)]
-        except NanoserveError as e: return refused(e)
-        if (full := at_capacity(len(jobs))) is not None: return full
-        return await respond(body, jobs, 'chat.completion', 'chatcmpl', tools=(mode, tools) if tools and mode != 'none' else None)
-
-    async def respond(body, jobs, kind, prefix, echo=None, tools=None):
-        rid, created = f"{prefix}-{uuid.uuid4().hex[:16]}", int(time.time())
-        stream = run_choices(aeng, metrics, jobs, body.n)
-        try: first = await stream.__anext__()
-        except (RequestError, NanoserveError) as e:
-            if isinstance(e, EngineDeadError): return error_response(500, f"the engine failed: {e}", 'server_error')
-            return refused(e)
-        head = [echo(i) if echo else '' for i in range(len(jobs))]          # echo: the prompt's text before each choice's
-        if body.stream: return StreamingResponse(sse(body, kind, rid, created, first, stream, len(jobs), head, tools), media_type='text/event-stream')
-        return await collect(body, kind, rid, created, first, stream, len(jobs), head, tools)
-
-    async def collect(body, kind, rid, created, first, stream, n_choices, head, tools):
-        final = {}
-        try:
-            i, o, _ = first; final[i] = o
-            async for i, o, _ in stream: final[i] = o
-        except EngineDeadError as e: return error_response(500, f"the engine failed during the request: {e}", 'server_error')
-        prompt_n = sum(len(final[i].prompt_token_ids) for i in range(0, n_choices, body.n))
-        completion = sum(len(o.token_ids) for o in final.values())
-        choices = [choice(kind, i, final[i], head[i], tools) for i in range(n_choices)]
-        return {'id': rid, 'object': kind, 'created': created, 'model': model_name, 'choices': choices,
-                'usage': {'prompt_tokens': prompt_n, 'completion_tokens': completion, 'total_tokens': prompt_n + completion}}
-
-    def calls_of(tools, text: str, finish: str):
-        "(content, tool calls, finish_reason) of a finished chat choice with tools."
-        mode, fns = tools
-        content, calls = parse_tool_calls(text, fns) if mode == 'auto' else (None, forced_calls(mode, text) if finish == 'stop' else [])
-        if not calls: return text, None, finish
-        # OpenAI ends a choice that called a tool it chose with 'tool_calls', and one whose function the client named with 'stop'
-        return content, calls, 'tool_calls' if finish == 'stop' and mode in ('auto', 'required') else finish
-
-    def logprobs_of(kind, toks, lps):
-        "OpenAI's logprobs object for tokens `toks` and their {token: logprob} dicts."
-        if kind == 'text_completion':
-            return {'tokens': [aeng.token_text(t) for t in toks], 'token_logprobs': [d.get(t) for t, d in zip(toks, lps)],
-                    'top_logprobs': [{aeng.token_text(k): v for k, v in d.items()} for d in lps], 'text_offset': []}
-        return {'content': [{'token': aeng.token_text(t), 'logprob': d.get(t), 'bytes': None,
-                             'top_logprobs': [{'token': aeng.token_text(k), 'logprob': v, 'bytes': None} for k, v in d.items()]}
-                            for t, d in zip(toks, lps)]}
-
-    def choice(kind, i, o, head, tools):
-        lp = None if o.logprobs is None else logprobs_of(kind, o.token_ids, o.logprobs[:len(o.token_ids)])
-        if kind == 'text_completion': return {'index': i, 'text': head + o.text, 'finish_reason': o.finish_reason, 'logprobs': lp}
-        content, calls, finish = calls_of(tools, o.text, o.finish_reason) if tools else (o.text, None, o.finish_reason)
-        message = {'role': 'assistant', 'content': content, **({'tool_calls': calls} if calls else {})}
-        return {'index': i, 'message': message, 'finish_reason': finish, 'logprobs': lp}
-
-    async def sse(body, kind, rid, created, first, stream, n_choices, head, tools):
-        chat_ = kind == 'chat.completion'
-        chunk_kind = 'chat.completion.chunk' if chat_ else 'text_completion'
-        def event(choices, **extra):
-            return 'data: ' + json.dumps({'id': rid, 'object': chunk_kind, 'created': created, 'model': model_name, 'choices': choices, **extra}) + '\n\n'
-        def chunk(i, delta=None, finish=None, calls=None, o=None):
-            lp = None
-            if o is not None and o.logprobs is not None and sent[i] < len(o.token_ids):   # the tokens since the last chunk that carried some
-                lp, sent[i] = logprobs_of(kind, o.token_ids[sent[i]:], o.logprobs[sent[i]:len(o.token_ids)]), len(o.token_ids)
-            if not chat_: return event([{'index': i, 'text': delta or '', 'finish_reason': finish, 'logprobs': lp}])
-            d = {'content': delta} if delta else {}
-            if calls: d['tool_calls'] = calls
-            return event([{'index': i, 'delta': d, 'finish_reason': finish, **({'logprobs': lp} if lp else {})}])
-        # a forced named function streams its arguments as they come; `required` and `auto` are parsed once the choice is done
-        named = tools is not None and tools[0] not in ('auto', 'required')
-        ids, sent, totals, prompt_n = [call_id() for _ in range(n_choices)], [0] * n_choices, [0] * n_choices, [0] * n_choices
-        try:
-            for i in range(n_choices):
-                if chat_: yield event([{'index': i, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}])
-                if named: yield chunk(i, calls=[{'index': 0, 'id': ids[i], 'type': 'function', 'function': {'name': tools[0], 'arguments': ''}}])
-                if head[i]: yield chunk(i, head[i])
-            async def all_items():
-                yield first
-                async for x in stream: yield x
-            async for i, o, delta in all_items():
-                totals[i], prompt_n[i] = len(o.token_ids), len(o.prompt_token_ids)
-                if delta and named: yield chunk(i, calls=[{'index': 0, 'function': {'arguments': delta}}], o=o)
-                elif delta and not tools: yield chunk(i, delta, o=o)
-                if not o.finished: continue
-                finish = o.finish_reason
-                if tools and not named:
-                    content, calls, finish = calls_of(tools, o.text, finish)
-                    if content: yield chunk(i, content, o=o)
-                    if calls: yield chunk(i, calls=[{'index': k, **c} for k, c in enumerate(calls)], o=o)
-                yield chunk(i, finish=finish, o=o)
-            if body.stream_options is not None and body.stream_options.include_usage:
-                p = sum(prompt_n[::body.n])
-                yield event([], usage={'prompt_tokens': p, 'completion_tokens': sum(totals), 'total_tokens': p + sum(totals)})
-            yield 'data: [DONE]\n\n'
-        except EngineDeadError as e:
-            yield 'data: ' + json.dumps({'error': {'message': f"the engine failed during the request: {e}", 'type': 'server_error', 'param': None, 'code': None}}) + '\n\n'
-        finally: await stream.aclose()
+    app.state.served = Served(aeng, ServerMetrics(aeng, model_name), model_name, health, api_key, max_waiting, max_body_bytes, default_max_tokens)
+    app.middleware('http')(guard)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(RequestValidationError, on_invalid)
+    for method, path, route in ROUTES: app.add_api_route(path, route, methods=[method])
     return app

@@ -14,6 +14,13 @@ async def final(aeng, p, sp):
     async for o in aeng.generate(p, sp): last = o
     return last
 
+def consumer(aeng, sp):
+    "A task streaming one request for 'hello', and an event set once its first output arrives."
+    first = asyncio.Event()
+    async def consume():
+        async for o in aeng.generate('hello', sp): first.set()
+    return asyncio.create_task(consume()), first
+
 async def settle(aeng, timeout=10.0):
     "Wait until the engine thread has nothing in flight."
     t = asyncio.get_running_loop().time()
@@ -56,10 +63,7 @@ def test_disconnects_free_everything(tiny):
 def test_cancelled_task_aborts_its_request(tiny):
     aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), dtype='float32'))
     async def main():
-        started = asyncio.Event()
-        async def consume():
-            async for o in aeng.generate('hello', params(1, 400)): started.set()
-        task = asyncio.create_task(consume())
+        task, started = consumer(aeng, params(1, 400))
         await started.wait(); task.cancel()
         with pytest.raises(asyncio.CancelledError): await task
         await settle(aeng)
@@ -84,10 +88,7 @@ def test_engine_fault_fails_in_flight_requests_and_marks_dead(tiny):
 def test_shutdown_ends_open_streams_and_frees_blocks(tiny):
     aeng = AsyncEngine(Engine.build(tiny('llama_tied_gqa'), dtype='float32'))
     async def main():
-        got = asyncio.Event()
-        async def consume():
-            async for o in aeng.generate('hello', params(2, 400)): got.set()
-        task = asyncio.create_task(consume())
+        task, got = consumer(aeng, params(2, 400))
         await got.wait()
         await asyncio.get_running_loop().run_in_executor(None, aeng.shutdown)
         with pytest.raises(EngineDeadError, match='shut down'): await asyncio.wait_for(task, 10)

@@ -1,5 +1,5 @@
 "Server behaviour that needs the engine broken or full: the in-process app over httpx's ASGI transport (the real HTTP stack, no socket)."
-import asyncio, json
+import asyncio
 import httpx, pytest
 from nanoserve.launch import build_app
 from conftest import break_forward_after
