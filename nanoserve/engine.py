@@ -14,7 +14,7 @@ from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .fast import speed_up
 from .model import CausalLM, load_model
 from .weights import weight_bytes
-from .generate import make_generator, stop_ids_for
+from .generate import make_generator, stop_ids_for, prompt_ids
 from .core import RequestError
 from .request import Request, RequestStatus
 from .kvcache import KVCache, plan_kv_pool, check_invariants
@@ -130,7 +130,7 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
     if isinstance(model, CausalLM):
         if tokenizer is None: raise ConfigError("pass the tokenizer with a loaded model")
         if not hasattr(model, 'dtype_reason'): model.dtype_reason = 'the model was loaded before the engine'   # its dtype wins over config.dtype
-        return speed_up(model, config.fuse_projections, config.gemv, config.pack_weights), tokenizer, set(model.config.eos_token_ids) | ({tokenizer.eos_token_id} - {None})
+        return speed_up(model, config.fuse_projections, config.gemv, config.pack_weights), tokenizer, stop_ids_for(None, model, tokenizer)
     path = Path(model)
     dtype, why = resolve_dtype(config.dtype, config.device)
     model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv, config.pack_weights)
@@ -205,18 +205,12 @@ class Engine:
         return cls.assemble(model, tokenizer, cache, config, stop, decode_path and decode_path(model, cache), batch)
 
 # %% ../nbs/20_engine.ipynb #c5dcc411
-def _prompt_ids(self: Engine, prompt) -> list[int]:
-    if isinstance(prompt, str): return self.tokenizer.encode(prompt)
-    if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt): return self.tokenizer.encode_chat(prompt)
-    if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt): return list(prompt)
-    raise RequestError(f"a prompt must be a string, a list of chat messages or a list of token ids, got {type(prompt).__name__}")
-
 @patch
 def check(self: Engine, prompt, params: SamplingParams | None) -> tuple[list[int], SamplingParams]:
     "Token ids and params of a request, or a `RequestError` saying what is wrong; nothing changes in the engine."
     params = params or SamplingParams()
     if not isinstance(params, SamplingParams): raise RequestError(f"params must be SamplingParams, got {type(params).__name__}")
-    ids = _prompt_ids(self, prompt)
+    ids = prompt_ids(self.tokenizer, prompt)
     check_request(ids, params, self.model.config.vocab_size, self.max_model_len)
     if params.structured is not None: self.grammars.check(params.structured)     # a bad schema is refused here, before anything is queued
     return ids, params

@@ -13,10 +13,21 @@ from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .model import CausalLM, DenseKV, load_model
 
 # %% auto #0
-__all__ = ['SampleSpec', 'Completion', 'top_k_top_p', 'sample_reference', 'make_generator', 'generate_ids', 'stop_ids_for',
-           'ReferenceLM']
+__all__ = ['SEED_RANGE', 'check_sampling', 'SampleSpec', 'Completion', 'top_k_top_p', 'sample_reference', 'make_generator',
+           'generate_ids', 'stop_ids_for', 'prompt_ids', 'ReferenceLM']
 
 # %% ../nbs/06_generate.ipynb #b6bde1a1
+SEED_RANGE = (-2**63, 2**64)   # what torch.Generator.manual_seed takes
+
+def check_sampling(max_tokens, temperature, top_p, seed):
+    "The checks the reference's `SampleSpec` and the engine's `SamplingParams` (Day 14) share; a `RequestError` naming the field."
+    isint = lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if not (isint(max_tokens) and max_tokens >= 1): raise RequestError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+    if not (isinstance(temperature, (int, float)) and temperature >= 0): raise RequestError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+    if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1): raise RequestError(f"top_p must be in (0, 1], got {top_p!r}")
+    if not (seed is None or isint(seed) and SEED_RANGE[0] <= seed < SEED_RANGE[1]):
+        raise RequestError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
+
 @dataclass(frozen=True)
 class SampleSpec:
     "The sampling settings the reference generate understands (the engine's `SamplingParams` grows these)."
@@ -27,10 +38,8 @@ class SampleSpec:
     seed: int | None = None       # None = a fresh random seed per request
 
     def __post_init__(self):
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1: raise RequestError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if self.temperature < 0: raise RequestError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1: raise RequestError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0: raise RequestError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        check_sampling(self.max_tokens, self.temperature, self.top_p, self.seed)
+        if not (isinstance(self.top_k, int) and self.top_k >= 0): raise RequestError(f"top_k must be >= 0 (0 = off), got {self.top_k!r}")
 
 @dataclass
 class Completion:
@@ -85,14 +94,21 @@ def generate_ids(model: CausalLM, prompt_ids: list[int], spec: SampleSpec = Samp
     return out, 'length'
 
 # %% ../nbs/06_generate.ipynb #a879c9c1
-def stop_ids_for(path: str | Path, model: CausalLM, tokenizer: Tokenizer) -> set[int]:
-    "The EOS ids from the tokenizer, config.json and generation_config.json together."
+def stop_ids_for(path: str | Path | None, model: CausalLM, tokenizer: Tokenizer) -> set[int]:
+    "The EOS ids from the tokenizer, config.json and (with a `path`) generation_config.json together: the one place they are gathered."
     ids = set(model.config.eos_token_ids)
     if tokenizer.eos_token_id is not None: ids.add(tokenizer.eos_token_id)
-    if (g := Path(path)/'generation_config.json').is_file():
+    if path is not None and (g := Path(path)/'generation_config.json').is_file():
         eos = json.loads(g.read_text()).get('eos_token_id')
         ids |= {eos} if isinstance(eos, int) else set(eos or ())
     return ids
+
+def prompt_ids(tokenizer: Tokenizer, prompt) -> list[int]:
+    "Token ids of a prompt: a string, chat messages (a list of dicts, through the template) or token ids. The one place a prompt becomes ids."
+    if isinstance(prompt, str): return tokenizer.encode(prompt)
+    if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt): return tokenizer.encode_chat(prompt)
+    if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt): return list(prompt)
+    raise RequestError(f"a prompt must be a string, a list of chat messages or a list of token ids, got {type(prompt).__name__}")
 
 class ReferenceLM:
     "A loaded model + tokenizer that completes prompts or chats one at a time with `generate_ids`."
@@ -102,10 +118,7 @@ class ReferenceLM:
         self.tokenizer = Tokenizer.from_dir(path)
         self.stop_token_ids = stop_ids_for(path, self.model, self.tokenizer)
 
-    def prompt_ids(self, prompt: str | list[dict]) -> list[int]:
-        "Token ids of a plain prompt (str) or of chat messages rendered by the template (list of dicts)."
-        if isinstance(prompt, str): return self.tokenizer.encode(prompt)
-        return self.tokenizer.encode_chat(prompt)
+    def prompt_ids(self, prompt: str | list[dict] | list[int]) -> list[int]: return prompt_ids(self.tokenizer, prompt)
 
     def generate(self, prompt: str | list[dict], spec: SampleSpec = SampleSpec()) -> Completion:
         "Complete one prompt."

@@ -6,17 +6,16 @@
 from __future__ import annotations
 from dataclasses import dataclass, field
 import torch
-from .generate import make_generator, top_k_top_p
+from .generate import make_generator, top_k_top_p, check_sampling
 from .core import RequestError
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'SEED_RANGE', 'SamplingParams', 'stop_token_set', 'check_request', 'apply_penalties',
-           'sample_row', 'top_logprobs', 'sample']
+__all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'SamplingParams', 'stop_token_set', 'check_request', 'apply_penalties', 'sample_row',
+           'top_logprobs', 'sample']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
 GREEDY_BELOW = 1e-5       # a temperature below this is greedy (as vLLM does): dividing by 1e-40 overflows the logits to inf
-SEED_RANGE = (-2**63, 2**64)   # what torch.Generator.manual_seed takes
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -44,17 +43,13 @@ class SamplingParams:
         def need(ok, msg):
             if not ok: raise RequestError(msg)
         isint = lambda v: isinstance(v, int) and not isinstance(v, bool)
-        need(isint(self.max_tokens) and self.max_tokens >= 1, f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        need(isinstance(self.temperature, (int, float)) and self.temperature >= 0, f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        check_sampling(self.max_tokens, self.temperature, self.top_p, self.seed)      # what the reference's SampleSpec checks too (Day 06)
         need(isint(self.top_k) and self.top_k >= -1, f"top_k must be an integer >= -1 (0 or -1 = off), got {self.top_k!r}")
-        need(isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}")
         need(isinstance(self.min_p, (int, float)) and 0 <= self.min_p <= 1, f"min_p must be in [0, 1], got {self.min_p!r}")
         need(isinstance(self.repetition_penalty, (int, float)) and self.repetition_penalty > 0, f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
         for name in ('presence_penalty', 'frequency_penalty'):
             v = getattr(self, name)
             need(isinstance(v, (int, float)) and -2 <= v <= 2, f"{name} must be in [-2, 2], got {v!r}")
-        need(self.seed is None or isint(self.seed) and SEED_RANGE[0] <= self.seed < SEED_RANGE[1],
-             f"seed must be an integer in [-2**63, 2**64), got {self.seed!r}")
         need(isint(self.min_tokens) and 0 <= self.min_tokens <= self.max_tokens, f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
         need(self.logprobs is None or (isint(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS), f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs!r}")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
