@@ -64,8 +64,10 @@ def main():
     port = free_port()
     cmd = nanoserve_command(path, port, '--served-model-name', name, '--max-batch-size', str(args.max_batch_size), '--dtype', args.dtype,
                             *args.nanoserve_flags.split())
+    threads = len(args.server_cpus.split(','))
+    mach = machine().rsplit(',', 1)[0] + f", server {threads} thread(s) (OMP_NUM_THREADS) on cpu {args.server_cpus}"
     rows = []
-    with spawn_server(command=cmd, port=port, cpus=args.server_cpus, env={'OMP_NUM_THREADS': str(len(args.server_cpus.split(',')))}) as (url, boot):
+    with spawn_server(command=cmd, port=port, cpus=args.server_cpus, env={'OMP_NUM_THREADS': str(threads)}) as (url, boot):
         pid = server_pid(port)
         run_plan(plan.as_crowd(), url, name, 'crowd')                     # warm-up: every shape the crowd meets
         for i in range(args.repeats):
@@ -79,13 +81,13 @@ def main():
                          'busy_share': round((s['engine_cpu_s'] + s['frontend_cpu_s']) / wall, 4),
                          'completed': rep.completed,
                          'output_throughput': round(rep.output_throughput, 1), 'tpot_p50_ms': round(1e3 * rep.tpot.p50, 1),
-                         'dtype': args.dtype, 'flags': args.nanoserve_flags, 'machine': machine(), 'server_cpus': args.server_cpus})
+                         'dtype': args.dtype, 'flags': args.nanoserve_flags, 'machine': mach, 'server_cpus': args.server_cpus})
             print(rows[-1], file=sys.stderr, flush=True)
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
     stem = 'frontend_share'
     with open(out/f'{stem}.csv', 'w', newline='') as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
-    lines = [f"machine: {machine()}", f"plan: {plan.name}, crowd, server cpus {args.server_cpus}, {args.dtype}, flags: {args.nanoserve_flags or 'none'}",
+    lines = [f"machine: {mach}", f"plan: {plan.name}, crowd, server cpus {args.server_cpus}, {args.dtype}, flags: {args.nanoserve_flags or 'none'}",
              'repeat  wall s  engine cpu s  front-end cpu s  front-end share  busy  out tok/s  TPOT p50 ms']
     lines += [f"{r['repeat']:>6}  {r['wall_s']:6.2f}  {r['engine_cpu_s']:12.2f}  {r['frontend_cpu_s']:15.2f}  {r['frontend_share']:15.1%}  {r['busy_share']:4.0%}"
               f"  {r['output_throughput']:9.1f}  {r['tpot_p50_ms']:11.1f}" for r in rows]

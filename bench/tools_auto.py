@@ -12,6 +12,7 @@ from pathlib import Path
 import openai
 from nanoserve.loadgen import spawn_server
 from nanoserve.pull import resolve_model
+from nanoserve.offline_bench import machine
 
 TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'Current weather in a city', 'parameters': {
              'type': 'object', 'properties': {'city': {'type': 'string'}, 'unit': {'enum': ['celsius', 'fahrenheit']}}, 'required': ['city', 'unit']}}},
@@ -36,6 +37,7 @@ def main():
                 calls += bool(m.tool_calls)
                 said = ', '.join(f'{c.function.name}({c.function.arguments})' for c in m.tool_calls) if m.tool_calls else repr((m.content or '')[:70])
                 lines.append(f"t={temp} {'CALL' if m.tool_calls else 'text'}  {ask!r}: {said}")
+    lines.insert(0, f"machine: {machine().rsplit(',', 1)[0]}; server in its default dtype and threads")
     lines.append(f"{Path(path).name}: {calls} of {2 * len(ASKS)} answers were tool calls (tool_choice auto, tools in the prompt)")
     lines.append(f"command: python bench/tools_auto.py {' '.join(sys.argv[1:])}".rstrip())
     Path(args.out).mkdir(parents=True, exist_ok=True)
