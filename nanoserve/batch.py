@@ -5,6 +5,7 @@
 # %% ../nbs/58_persistent_batch.ipynb #10722a9c
 from __future__ import annotations
 import time
+from dataclasses import replace
 import torch
 from .kvcache import KVCache, KVCacheError
 from .scheduler import Scheduler, SchedulerOutput
@@ -43,7 +44,7 @@ class PersistentBatch:
     def before_execute(self, out: SchedulerOutput, scheduler: Scheduler, cache: KVCache):
         if self.mode == 'lazy' and _pure_decode(out) and not rows_are_a_prefix([s.row for s in out.scheduled]):
             self._condense(scheduler, cache)
-            for s in out.scheduled: s.row = cache.rows[s.request.request_id]
+            out.scheduled[:] = [replace(s, row=cache.rows[s.request_id]) for s in out.scheduled]
         if self.mode == 'eager' and (rows := [cache.rows[r.request_id] for r in scheduler.running]) != list(range(len(rows))):
             raise KVCacheError(f"the running requests hold rows {rows} as the step runs, not 0..{len(rows) - 1} in order: the persistent batch did not hold")
     def check(self, out: SchedulerOutput, cache: KVCache):

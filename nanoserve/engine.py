@@ -260,10 +260,6 @@ def step(self: Engine) -> list[RequestOutput]:
     if self.batch is not None: self.batch.before_execute(out, self.scheduler, self.cache)
     sampled = self.runner.execute(out)
     got = self.scheduler.update(out, sampled)
-    for r in got:                      # a grammar that can take nothing more ends its request, as EOS would
-        if r.matcher is not None and not r.is_finished and r.matcher.done:
-            last = r.output_token_ids[-1]        # an EOS the grammar ended on (ignore_eos let it through) is not output
-            self.scheduler.finish(r, RequestStatus.FINISHED_STOPPED, last if last in self.stop_ids else None)
     for req in got: _detokenize(self, req)
     if self.config.check_invariants:
         check_invariants(self.cache)

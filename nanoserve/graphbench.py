@@ -11,7 +11,7 @@ import httpx, torch
 from .request import Request
 from .sampling import SamplingParams
 from .kvcache import KVCache, plan_kv_pool
-from .scheduler import Scheduler
+from .scheduler import Scheduler, ModelRunnerOutput
 from .capture import CaptureStats, ReplaysDoNotDominate, rows_are_a_prefix, check_replays_dominate
 from .loadgen import ClientPlan, LoadRun, LoadgenError, make_plan, run_plan, spawn_server
 from .loadreport import LoadReport, read_concurrency
@@ -200,7 +200,7 @@ def coverage(slots: int, num_requests: int, lengths, prompt_len: int = 8, max_mo
         if batch is not None: batch.before_execute(out, sched, cache)
         if out.scheduled and all(s.num_tokens == 1 and s.samples for s in out.scheduled):    # what the runner hands the decode path
             steps += 1; replayed += rows_are_a_prefix([s.row for s in out.scheduled])     # every shape listed: replayed iff a prefix
-        sched.update(out, {s.request.request_id: (1, None) for s in out.scheduled if s.samples})
+        sched.update(out, ModelRunnerOutput.same(out, 1))
     return {'slots': slots, 'requests': num_requests, 'lengths': '/'.join(map(str, lengths)), 'decode_steps': steps, 'replayed': replayed,
             'scattered': steps - replayed, 'share': replayed / steps if steps else 0.0}
 

@@ -8,7 +8,7 @@ import torch
 from .model import CausalLM
 from .kvcache import KVCache
 from .attention import SeqChunk, build_metadata, PagedAttention, InvariantPagedAttention, INVARIANT_PAD
-from .scheduler import SchedulerOutput
+from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
 from .sampling import sample, stop_token_set
 from .grammar import constrain
 
@@ -26,14 +26,13 @@ class ModelRunner:
         self.grammars = None      # Day 15: the engine's GrammarCompiler, once a request asked for structured output
 
     def prepare_inputs(self, out: SchedulerOutput):
-        "input_ids [T], positions [T], attention metadata, the flat indices of sampled rows and their requests."
-        ids, chunks, sample_idx, sample_reqs, start = [], [], [], [], 0
+        "input_ids [T], positions [T], attention metadata, the flat indices of sampled rows and the requests they sample for."
+        ids, chunks, sample_idx, samplers, start = [], [], [], [], 0
         for s in out.scheduled:
-            r, c = s.request, s.request.num_computed_tokens
-            ids += r.token_ids(c, c + s.num_tokens)
-            chunks.append(SeqChunk(s.row, start, s.num_tokens, c + s.num_tokens))
+            ids += s.token_ids
+            chunks.append(SeqChunk(s.row, start, s.num_tokens, s.context_len))
             start += s.num_tokens
-            if s.samples: sample_idx.append(start - 1); sample_reqs.append(r)
+            if s.samples: sample_idx.append(start - 1); samplers.append(s)
         meta = build_metadata(chunks, self.cache)
         input_ids, positions = torch.tensor(ids, dtype=torch.int64), meta.positions
         if self.batch_invariant:
@@ -41,31 +40,30 @@ class ModelRunner:
             input_ids = torch.cat([input_ids, torch.zeros(pad, dtype=torch.int64)])
             positions = torch.cat([positions, torch.zeros(pad, dtype=torch.int64)])
         dev = self.model.device
-        return input_ids.to(dev), positions.to(dev), meta, sample_idx, sample_reqs
+        return input_ids.to(dev), positions.to(dev), meta, sample_idx, samplers
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput) -> dict[str, tuple[int, dict | None]]:
-        "Forward the step and sample: request id -> (token, logprobs or None)."
-        if out.is_empty: return {}
+    def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        "Forward the step and sample one token for each request whose gap it closes."
+        if out.is_empty: return ModelRunnerOutput()
         if self.decode_path is not None and all(s.num_tokens == 1 and s.samples for s in out.scheduled):
-            reqs = [s.request for s in out.scheduled]
-            logits = self.decode_path.run([s.row for s in out.scheduled], [r.token_ids(r.num_computed_tokens, r.num_tokens)[0] for r in reqs],
-                                          [r.num_tokens for r in reqs])
-            return self._sample(logits, reqs)
-        input_ids, positions, meta, sample_idx, reqs = self.prepare_inputs(out)
+            logits = self.decode_path.run([s.row for s in out.scheduled], [s.token_ids[0] for s in out.scheduled],
+                                          [s.context_len for s in out.scheduled])
+            return self._sample(logits, out.scheduled)
+        input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)
         attn = (InvariantPagedAttention if self.batch_invariant else PagedAttention)(self.cache, meta)
         hidden = self.model(input_ids, positions, attn)
-        if not reqs: return {}
+        if not samplers: return ModelRunnerOutput()
         rows = hidden[sample_idx]
         if self.batch_invariant:
-            rows = torch.cat([rows, rows.new_zeros(_pad_to(len(reqs), INVARIANT_PAD) - len(reqs), rows.shape[1])])
-        return self._sample(self.model.compute_logits(rows)[:len(reqs)].cpu(), reqs)
+            rows = torch.cat([rows, rows.new_zeros(_pad_to(len(samplers), INVARIANT_PAD) - len(samplers), rows.shape[1])])
+        return self._sample(self.model.compute_logits(rows)[:len(samplers)].cpu(), samplers)
 
-    def _sample(self, logits, reqs):
-        stops = [stop_token_set(r.params, self.stop_ids) for r in reqs]
+    def _sample(self, logits: torch.Tensor, scheduled: list[ScheduledRequest]) -> ModelRunnerOutput:
+        states = [s.sampling for s in scheduled]
+        stops = [stop_token_set(st.params, self.stop_ids) for st in states]
         raw = logits
-        if rows := [i for i, r in enumerate(reqs) if r.matcher is not None]:     # structured output: only what each grammar allows
-            logits = constrain(logits, rows, [reqs[i].matcher for i in rows], self.grammars, [stops[i] | self.stop_ids for i in rows])
-        drawn = sample(logits, reqs, stops, raw=raw if rows else None)         # logprobs: the model's own, mask or not
-        for i in rows: reqs[i].matcher.accept(drawn[i][0])
-        return {r.request_id: res for r, res in zip(reqs, drawn)}
+        if rows := [i for i, st in enumerate(states) if st.matcher is not None]:     # structured output: only what each grammar allows
+            logits = constrain(logits, rows, [states[i].matcher for i in rows], self.grammars, [stops[i] | self.stop_ids for i in rows])
+        drawn = sample(logits, states, stops, raw=raw if rows else None)           # logprobs: the model's own, mask or not
+        return ModelRunnerOutput([s.request_id for s in scheduled], [t for t, _ in drawn], [lp for _, lp in drawn])

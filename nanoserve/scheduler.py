@@ -8,25 +8,47 @@ from fastcore.basics import patch
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
+import torch
 from .core import ConfigError
 from .sampling import stop_token_set
 from .request import Request, RequestStatus
 from .kvcache import KVCache
 
 # %% auto #0
-__all__ = ['ScheduledRequest', 'SchedulerOutput', 'Scheduler']
+__all__ = ['SamplingState', 'ScheduledRequest', 'SchedulerOutput', 'ModelRunnerOutput', 'Scheduler']
 
 # %% ../nbs/16_scheduler.ipynb #8dfba66f
-@dataclass
+@dataclass(frozen=True)
+class SamplingState:
+    "What the runner reads to sample one request's next token; the lists are the request's own, read and never written."
+    params: Any                      # SamplingParams
+    generator: torch.Generator       # the request's own: drawing advances it
+    prompt_token_ids: list[int]      # the history repetition penalties look at
+    output_token_ids: list[int]
+    matcher: Any = None              # its grammar state (Day 15), when it asked for structured output
+
+@dataclass(frozen=True)
 class ScheduledRequest:
-    "One request's share of a step."
-    request: Request
-    num_tokens: int        # tokens it computes this step
-    row: int               # its cache row
+    "One request's share of a step, as the runner sees it: ids and positions, not the live `Request`."
+    request_id: str
+    row: int                         # its cache row
+    token_ids: list[int]             # the tokens it computes this step
+    start: int                       # the position of the first (its tokens already in the cache)
+    sampling: SamplingState | None   # set iff this step closes its gap, so its last position is sampled
+    @classmethod
+    def of(cls, req: Request, num_tokens: int, row: int) -> ScheduledRequest:
+        "The next `num_tokens` of `req`, computed in cache row `row`."
+        c = req.num_computed_tokens
+        closes = c + num_tokens == req.num_tokens
+        return cls(req.request_id, row, req.token_ids(c, c + num_tokens), c,
+                   SamplingState(req.params, req.generator, req.prompt_token_ids, req.output_token_ids, req.matcher) if closes else None)
     @property
-    def samples(self) -> bool:
-        "Whether this step closes its gap (so its last position is sampled)."
-        return self.request.num_computed_tokens + self.num_tokens == self.request.num_tokens
+    def num_tokens(self) -> int: return len(self.token_ids)
+    @property
+    def samples(self) -> bool: return self.sampling is not None
+    @property
+    def context_len(self) -> int: return self.start + self.num_tokens
 
 @dataclass
 class SchedulerOutput:
@@ -37,6 +59,23 @@ class SchedulerOutput:
     def num_batched_tokens(self) -> int: return sum(s.num_tokens for s in self.scheduled)
     @property
     def is_empty(self) -> bool: return not self.scheduled
+
+@dataclass(frozen=True)
+class ModelRunnerOutput:
+    "What a step sampled: one token (and its top logprobs, when asked) per request id, in the step's order."
+    req_ids: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict | None] = field(default_factory=list)
+    def __post_init__(self):
+        if not len(self.req_ids) == len(self.token_ids) == len(self.logprobs):
+            raise ValueError(f"{len(self.req_ids)} request ids, {len(self.token_ids)} tokens and {len(self.logprobs)} logprobs: one each per sampled request")
+    @classmethod
+    def same(cls, out: SchedulerOutput, token: int) -> ModelRunnerOutput:
+        "Every sampling request gets `token` (a stand-in runner, for tests and benchmarks without a model)."
+        ids = [s.request_id for s in out.scheduled if s.samples]
+        return cls(ids, [token] * len(ids), [None] * len(ids))
+    def __len__(self): return len(self.req_ids)
+    def as_dict(self) -> dict[str, tuple[int, dict | None]]: return dict(zip(self.req_ids, zip(self.token_ids, self.logprobs)))
 
 # %% ../nbs/16_scheduler.ipynb #007578f5
 class Scheduler:
@@ -77,7 +116,7 @@ def schedule(self: Scheduler) -> SchedulerOutput:
             _preempt(self, victim); out.preempted.append(victim.request_id)
             if victim is req: break
         if req.status is RequestStatus.PREEMPTED: continue
-        out.scheduled.append(ScheduledRequest(req, n, self.cache.allocate(req, n))); budget -= n
+        out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n))); budget -= n
     while self.waiting and budget > 0 and len(self.running) < self.max_batch_size and not out.preempted:
         req = self.waiting[0]
         n = min(req.num_tokens - req.num_computed_tokens, budget)
@@ -85,7 +124,7 @@ def schedule(self: Scheduler) -> SchedulerOutput:
         self.waiting.popleft()
         req.status = RequestStatus.RUNNING
         self.running.append(req)
-        out.scheduled.append(ScheduledRequest(req, n, self.cache.allocate(req, n))); budget -= n
+        out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n))); budget -= n
     out.scheduled.sort(key=lambda s: s.num_tokens != 1)        # single-token chunks (decodes) first; stable
     return out
 
@@ -110,20 +149,23 @@ def abort(self: Scheduler, request_id: str) -> bool:
     self.finish(req, RequestStatus.FINISHED_ABORTED); return True
 
 @patch
-def update(self: Scheduler, out: SchedulerOutput, sampled: dict[str, tuple[int, dict | None]]) -> list[Request]:
-    "Advance counters, append sampled tokens, apply token-level stops; return the requests that got a token."
-    now, got = time.monotonic(), []
+def update(self: Scheduler, out: SchedulerOutput, result: ModelRunnerOutput) -> list[Request]:
+    "Advance counters, append sampled tokens, advance grammars, apply token-level stops; return the requests that got a token."
+    now, got, sampled = time.monotonic(), [], result.as_dict()
     for s in out.scheduled:
-        req = s.request
+        req = self.requests[s.request_id]
         req.num_computed_tokens += s.num_tokens
         if req.request_id not in sampled: continue
         tok, lp = sampled[req.request_id]
         req.append_token(tok, now)
         if lp is not None: req.logprobs.append(lp)
+        if req.matcher is not None: req.matcher.accept(tok)
         got.append(req)
         p = req.params
         if len(req.output_token_ids) >= p.min_tokens and tok in stop_token_set(p, self.stop_ids):
             self.finish(req, RequestStatus.FINISHED_STOPPED, tok); continue
         if req.num_output_tokens >= p.max_tokens or req.num_tokens >= self.cache.max_model_len:
-            self.finish(req, RequestStatus.FINISHED_LENGTH)
+            self.finish(req, RequestStatus.FINISHED_LENGTH); continue
+        if req.matcher is not None and req.matcher.done:    # a grammar that can take nothing more ends its request, as EOS would
+            self.finish(req, RequestStatus.FINISHED_STOPPED, tok if tok in self.stop_ids else None)   # an EOS it ended on (ignore_eos let it through) is not output
     return got
