@@ -10,3 +10,10 @@ def pytest_collection_modifyitems(config, items):
         if cell is None: continue
         if any(flag in cell.source for flag in NOTEST_FLAGS): item.add_marker(pytest.mark.skip(reason='nbdev: not run as a test'))
         if cell.get('execution_count') is None and cell.get('outputs'): cell['execution_count'] = 1
+
+def pytest_configure(config):
+    "The test run is a process entry point: it sets glibc's allocator once (Day 20), here and, by environment, in the kernels and servers it starts."
+    import os
+    from nanoserve.engine import keep_freed_memory, malloc_env
+    keep_freed_memory()
+    os.environ.update(malloc_env())

@@ -53,6 +53,7 @@ class AsyncEngine:
         self._ids = itertools.count()
         self.error: BaseException | None = None
         self._stopping = False
+        self._idle = self._ended = False                  # the loop waits with nothing to do / has returned (what wait_idle waits for)
         self._counts = dict(num_requests=0, num_finished=0, num_aborted=0, prompt_tokens=0, generation_tokens=0)
         self._ready = threading.Event()                   # set once the loop's engine exists (built, or handed in)
         self._capture = None                              # the decode path's counters as of the last step (Days 54, 57)
@@ -131,7 +132,9 @@ def _run(self: AsyncEngine, build=None):
     try:
         while True:
             with self._cv:
-                while not self._inbox and not self.engine.has_unfinished(): self._cv.wait()
+                while not self._inbox and not self.engine.has_unfinished():
+                    self._idle = True; self._cv.notify_all(); self._cv.wait()
+                self._idle = False
                 cmds = list(self._inbox); self._inbox.clear()
             for cmd in cmds:
                 if cmd[0] == 'stop': return
@@ -150,6 +153,7 @@ def _run(self: AsyncEngine, build=None):
     finally:
         if self.error is None:                             # shut down: end open streams
             for rid in list(self._streams): self._deliver(rid, EngineDeadError("the engine was shut down"))
+        with self._cv: self._ended = True; self._cv.notify_all()
 @patch
 def _publish(self: AsyncEngine):
     "Snapshot the decode path's counters (its `stats`, Day 54) on the engine thread, between steps, where nothing else writes them."
@@ -158,7 +162,7 @@ def _publish(self: AsyncEngine):
 # %% ../nbs/30_async.ipynb #137386cd
 def _send(self: AsyncEngine, cmd):
     with self._cv:
-        self._inbox.append(cmd); self._cv.notify()
+        self._inbox.append(cmd); self._cv.notify_all()     # all: a wait_idle caller waits on the same condition
 
 @patch
 async def generate(self: AsyncEngine, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> AsyncIterator[RequestOutput]:
@@ -187,6 +191,11 @@ async def generate(self: AsyncEngine, prompt, params: SamplingParams | None = No
 def abort(self: AsyncEngine, request_id: str):
     "Abort a request; its blocks return to the pool on the engine thread's next pass."
     _send(self, ('abort', request_id))
+
+@patch
+def wait_idle(self: AsyncEngine, timeout: float) -> bool:
+    "Block until the loop has applied every command sent and ended every request (True), or `timeout` seconds pass (False); True at once if the loop has ended."
+    with self._cv: return self._cv.wait_for(lambda: (self._idle and not self._inbox) or self._ended, timeout)
 
 @patch
 def stats(self: AsyncEngine) -> EngineStats:

@@ -186,6 +186,9 @@ COMMANDS = {'pull': cmd_pull, 'generate': cmd_generate, 'bench': cmd_bench, 'ser
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `nanoserve` command."
     args = build_parser().parse_args(argv)
+    if args.command != 'pull':         # the commands that build an engine set the allocator once, for the process (Day 20)
+        from nanoserve.engine import keep_freed_memory
+        keep_freed_memory()
     try: return COMMANDS[args.command](args)
     except NanoserveError as e:
         print(f"nanoserve: error: {e}", file=sys.stderr)

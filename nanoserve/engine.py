@@ -24,7 +24,8 @@ from .runner import ModelRunner
 from .grammar import GrammarCompiler
 
 # %% auto #0
-__all__ = ['EngineConfig', 'RequestOutput', 'keep_freed_memory', 'load_parts', 'make_cache', 'Engine', 'EngineSnapshot']
+__all__ = ['THRESHOLD', 'EngineConfig', 'RequestOutput', 'malloc_env', 'keep_freed_memory', 'load_parts', 'make_cache', 'Engine',
+           'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
@@ -115,14 +116,20 @@ class RequestOutput:
     metrics: dict = field(default_factory=dict)   # arrival, first_token, finish times (monotonic seconds)
 
 # %% ../nbs/20_engine.ipynb #aae0664d
+THRESHOLD = 1 << 30     # allocations below 1 GiB come from the heap, and up to 1 GiB of freed heap stays in the process
+
+def malloc_env() -> dict[str, str]:
+    "The same setting as environment variables, which glibc reads when a process starts (for the processes a program spawns)."
+    return {'MALLOC_MMAP_THRESHOLD_': str(THRESHOLD), 'MALLOC_TRIM_THRESHOLD_': str(THRESHOLD)}
+
 def keep_freed_memory():
-    "Tell glibc malloc to reuse freed large blocks rather than return them to the kernel (CPU decode speed)."
+    "Tell glibc malloc to reuse freed large blocks rather than return them to the kernel (CPU decode speed); once, at a process's start."
     import ctypes, ctypes.util, sys
     if not sys.platform.startswith('linux'): return False
     try: libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
     except OSError: return False
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD))
 
 # %% ../nbs/20_engine.ipynb #e11ffdd2
 def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config: EngineConfig) -> tuple[CausalLM, Tokenizer, set[int]]:
@@ -164,7 +171,6 @@ class Engine:
         if config.compile and not getattr(model, 'compiled_layers', False):
             raise ConfigError("compile=True, but the model's layers are not compiled: nanoserve.launch.build_engine compiles them "
                               "(compile_layers, Day 49); Engine.build assembles the eager engine only")
-        if torch.device(config.device).type == 'cpu': keep_freed_memory()
         self.model, self.tokenizer, self.cache, self.scheduler, self.runner, self.config = model, tokenizer, cache, scheduler, runner, config
         self.stop_ids, self.max_model_len, self.plan = set(stop_ids), cache.max_model_len, cache.plan
         self.decode_path = runner.decode_path = decode_path

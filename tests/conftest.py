@@ -1,49 +1,32 @@
-"Fixtures: tiny random checkpoints written with transformers' save_pretrained, and the real default model."
+"Fixtures: tiny random checkpoints (nanoserve.tiny, written with transformers' save_pretrained), and the real default model."
 import json, os, shutil
 from pathlib import Path
 import pytest, torch, transformers
+from nanoserve.tiny import tiny_checkpoint, CHAT_SPECIALS
 
 transformers.logging.set_verbosity_error(); transformers.logging.disable_progress_bar()
 
 TINY = dict(vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=3, max_position_embeddings=512,
             bos_token_id=None, eos_token_id=None, pad_token_id=None)
+CORPUS = ("the capital of France is Paris", "hello world", "abc xyz")
 
-# name -> (transformers config class, extra config fields)
+# name -> (architecture, extra config fields): each one a case the loader must get right
 TINY_KINDS = {
-    'llama_tied_gqa': (transformers.LlamaConfig, dict(num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True)),
-    'llama_untied_mha': (transformers.LlamaConfig, dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False)),
-    'llama_attention_bias': (transformers.LlamaConfig, dict(num_attention_heads=4, num_key_value_heads=2, attention_bias=True, mlp_bias=True)),
-    'qwen2_bias': (transformers.Qwen2Config, dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1e6)),
-    'llama3_rope': (transformers.LlamaConfig, dict(num_attention_heads=4, num_key_value_heads=1, rope_scaling={
+    'llama_tied_gqa': ('llama', dict(num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True)),
+    'llama_untied_mha': ('llama', dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False)),
+    'llama_attention_bias': ('llama', dict(num_attention_heads=4, num_key_value_heads=2, attention_bias=True, mlp_bias=True)),
+    'qwen2_bias': ('qwen2', dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1e6)),
+    'llama3_rope': ('llama', dict(num_attention_heads=4, num_key_value_heads=1, rope_scaling={
         'rope_type': 'llama3', 'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
         'original_max_position_embeddings': 64}, rope_theta=500000.0)),
-    'llama_linear_rope': (transformers.LlamaConfig, dict(num_attention_heads=4, num_key_value_heads=2,
-                                                         rope_scaling={'rope_type': 'linear', 'factor': 2.0})),
-    'mistral': (transformers.MistralConfig, dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=None)),
+    'llama_linear_rope': ('llama', dict(num_attention_heads=4, num_key_value_heads=2, rope_scaling={'rope_type': 'linear', 'factor': 2.0})),
+    'mistral': ('mistral', dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=None)),
 }
 
-def tiny_tokenizer():
-    "A byte-level BPE with 320 tokens (3 special), trained on a few sentences: enough for any text, emoji included."
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    tok.train_from_iterator(["the capital of France is Paris", "hello world", "abc xyz"] * 10, trainers.BpeTrainer(
-        vocab_size=TINY['vocab_size'], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=['<|endoftext|>', '<|im_start|>', '<|im_end|>']))
-    return tok
-
 def make_tiny(path: Path, kind: str, seed: int = 0, dtype=torch.float32) -> Path:
-    "Write a tiny random transformers model of `kind` to `path` with save_pretrained; return path."
-    cls, extra = TINY_KINDS[kind]
-    torch.manual_seed(seed)
-    cfg = cls(**{**TINY, **extra})
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    with torch.no_grad():   # random init leaves norms at 1 and biases at 0: perturb them so they matter
-        for n, p in model.named_parameters():
-            if n.endswith('norm.weight') or n.endswith('.bias'): p.add_(torch.randn_like(p) * 0.1)
-    model.to(dtype).save_pretrained(path)
-    tiny_tokenizer().save(str(path/'tokenizer.json'))
-    return path
+    "Write the tiny random checkpoint `kind` to `path` with nanoserve.tiny (norms and biases perturbed, so they matter); return path."
+    arch, extra = TINY_KINDS[kind]
+    return tiny_checkpoint(path, seed, corpus=CORPUS, special_tokens=CHAT_SPECIALS, arch=arch, perturb=True, dtype=dtype, **TINY, **extra)
 
 @pytest.fixture(scope='session')
 def tiny(tmp_path_factory):

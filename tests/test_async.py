@@ -21,12 +21,10 @@ def consumer(aeng, sp):
         async for o in aeng.generate('hello', sp): first.set()
     return asyncio.create_task(consume()), first
 
-async def settle(aeng, timeout=10.0):
-    "Wait until the engine thread has nothing in flight."
-    t = asyncio.get_running_loop().time()
-    while aeng.engine.has_unfinished() or aeng._inbox:
-        assert asyncio.get_running_loop().time() - t < timeout, 'engine did not settle'
-        await asyncio.sleep(0.01)
+async def settle(aeng, timeout=60.0):
+    "Wait (on the loop's own condition) until the engine thread has applied every command and ended every request."
+    assert await asyncio.to_thread(aeng.wait_idle, timeout), 'engine did not settle'
+
 
 def test_32_concurrent_streams_match_offline(tiny):
     path = tiny('llama_tied_gqa')
@@ -93,7 +91,7 @@ def test_shutdown_ends_open_streams_and_frees_blocks(tiny):
         await asyncio.get_running_loop().run_in_executor(None, aeng.shutdown)
         with pytest.raises(EngineDeadError, match='shut down'): await asyncio.wait_for(task, 10)
     asyncio.run(main())
-    assert not aeng._thread.is_alive() and aeng.engine.cache.pool.num_free == aeng.engine.plan.num_blocks
+    assert not aeng.engine.serving_thread.is_alive() and aeng.engine.cache.pool.num_free == aeng.engine.plan.num_blocks
 
 def test_bad_input_refused_before_the_engine_sees_it(tiny):
     from nanoserve.core import RequestError
