@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
 
-.PHONY: install install-test install-dev demo serve test stress export check-export pytest preview readme clean
+.PHONY: install install-test install-dev demo serve test stress export check-export pytest browser site preview screenshots readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,14 +54,49 @@ check-export: export
 pytest: install-test
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests nbs
 
-test: check-export pytest
+test: check-export browser pytest
 
+# tests/test_browser.py opens the site in Debian's chromium: install it when missing, where we are root and apt-get exists.
+# Any failure is ignored: without chromium that test skips and says so.
+browser:
+	-@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make browser: installing chromium with apt-get (for tests/test_browser.py)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
+	    || echo "make browser: could not install chromium; tests/test_browser.py will skip"; \
+	else echo "make browser: no chromium, and no apt-get as root to install it; tests/test_browser.py will skip"; fi
+
+# The build log as a website in _site/. With quarto on PATH: nbdev_docs, quarto's render of the processed notebooks into
+# settings.ini's doc_path (_docs), copied to _site/. nbdev_docs rewrites nbs/sidebar.yml (flat, no phases) unless settings.ini
+# says custom_sidebar = True, so without that it is not used. Otherwise: tools/preview.py, nbconvert's render of the same
+# notebooks with the same sidebar, which needs nothing but the test extras and no network to view.
+site: install-test
+	@if command -v quarto >/dev/null 2>&1 && grep -qiE '^custom_sidebar *= *true' settings.ini; then \
+	  echo "make site: rendering with quarto $$(quarto --version) (nbdev_docs -> _docs -> _site)"; \
+	  $(BIN)/nbdev_docs && rm -rf _site && cp -r _docs _site; \
+	else \
+	  if command -v quarto >/dev/null 2>&1; then echo "make site: quarto found, but settings.ini does not say" \
+	    "custom_sidebar = True, so nbdev_docs would overwrite nbs/sidebar.yml's sections"; fi; \
+	  echo "make site: rendering locally with tools/preview.py (nbconvert, no quarto)"; \
+	  rm -rf _site && $(BIN)/python tools/preview.py nbs _site >/dev/null; \
+	fi
+	@echo "make site: open _site/index.html"
+
+# The local render alone, whether or not quarto is installed.
 preview: install-test
-	$(BIN)/python tools/preview.py nbs _site
+	rm -rf _site && $(BIN)/python tools/preview.py nbs _site >/dev/null
 	@echo "open _site/index.html"
+
+# Full-page screenshots of the home page and Day 57 (docs/screenshots/*.png, Chromium at 1280 wide), taken by the browser
+# check, which also fails on any console error, failed request, broken link or image of the site.
+screenshots: site browser
+	$(BIN)/python tools/browser_check.py _site docs/screenshots
 
 readme: install-test
 	$(BIN)/jupyter nbconvert --to markdown --log-level WARN nbs/index.ipynb --output-dir . --output README
+	@# the landing page's links and pictures are relative to nbs/; the README sits one folder up
+	sed -i -E 's#\]\(([0-9][0-9]_[a-z_]+\.ipynb|[a-z_]+\.png)\)#](nbs/\1)#g' README.md
 
 clean:
 	rm -rf $(VENV) _site _proc
