@@ -37,6 +37,8 @@ class EngineStats:
     kv_usage: float             # fraction of KV blocks in use
     kv_free_blocks: int
     kv_total_blocks: int
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (Day 9)
+    prefix_cache_hits: int = 0     # of those, found
     def as_dict(self) -> dict: return asdict(self)
 
 # %% ../nbs/30_async.ipynb #bdf0e7ba
@@ -203,7 +205,8 @@ def stats(self: AsyncEngine) -> EngineStats:
     c = self._counts
     s = self.engine.snapshot()
     return EngineStats(self.running, s.num_running, s.num_waiting, c['num_requests'], c['num_finished'], c['num_aborted'], c['prompt_tokens'],
-                       c['generation_tokens'], s.num_preemptions, s.num_steps, s.kv_usage, s.kv_free_blocks, s.kv_total_blocks)
+                       c['generation_tokens'], s.num_preemptions, s.num_steps, s.kv_usage, s.kv_free_blocks, s.kv_total_blocks,
+                       s.prefix_cache_queries, s.prefix_cache_hits)
 
 @patch
 def capture_stats(self: AsyncEngine):

@@ -59,6 +59,7 @@ class EngineConfig:
     fuse_projections: bool = _flag(True, 'one product for q/k/v and one for gate/up (Day 06)')
     gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
     pack_weights: bool = _flag(True, "linear weights reordered once for oneDNN (Day 06; CPU, float32 and bfloat16; a second copy of the weights)")
+    prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed (Day 9); --no-prefix-cache computes every prompt whole")
 
     def __post_init__(self):
         if self.dtype != 'auto': parse_dtype(self.dtype)
@@ -114,6 +115,7 @@ class RequestOutput:
     logprobs: list | None = None
     num_preemptions: int = 0
     metrics: dict = field(default_factory=dict)   # arrival, first_token, finish times (monotonic seconds)
+    num_cached_tokens: int = 0            # prompt tokens whose K/V came from the prefix cache (Day 9), not computed
 
 # %% ../nbs/20_engine.ipynb #aae0664d
 THRESHOLD = 1 << 30     # allocations below 1 GiB come from the heap, and up to 1 GiB of freed heap stays in the process
@@ -152,7 +154,7 @@ def make_cache(model: CausalLM, config: EngineConfig) -> KVCache:
     if max_len > cfg.max_model_len: raise ConfigError(f"max_model_len={max_len} exceeds the model's context of {cfg.max_model_len}")
     plan = plan_kv_pool(cfg, dtype_name(model.dtype), config.device, config.block_size, max_len, config.max_batch_size, weight_bytes(model),
                         config.kv_cache_gb, config.num_kv_blocks)
-    return KVCache(cfg, plan, config.max_batch_size, max_len)
+    return KVCache(cfg, plan, config.max_batch_size, max_len, prefix_caching=config.prefix_cache)
 
 class Engine:
     "The serving loop over its parts: model, tokenizer, KV cache, scheduler, runner, and an optional decode path."
@@ -181,6 +183,7 @@ class Engine:
         self.texts: dict[str, str] = {}
         self._ids = itertools.count()
         self.num_steps = 0
+        self.num_computed_tokens = 0   # tokens run through the model, prompt and output (a prefix-cache hit is not computed)
         self._grammars, self._grammars_lock = None, threading.Lock()
 
     @property
@@ -243,7 +246,8 @@ def _output(self: Engine, req: Request) -> RequestOutput:
     if req.status is RequestStatus.FINISHED_STOPPED and isinstance(req.stop_reason, int): ids = ids[:-1]
     return RequestOutput(req.request_id, req.prompt_token_ids, list(ids), self.texts.get(req.request_id, ''), req.is_finished,
                          req.status.finish_reason, req.stop_reason, list(req.logprobs) if req.params.logprobs is not None else None,
-                         req.num_preemptions, {'arrival': req.arrival_time, 'first_token': req.first_token_time, 'finish': req.finish_time})
+                         req.num_preemptions, {'arrival': req.arrival_time, 'first_token': req.first_token_time, 'finish': req.finish_time},
+                         req.num_cached_tokens or 0)
 
 def _detokenize(self: Engine, req: Request):
     rid, p = req.request_id, req.params
@@ -270,7 +274,7 @@ def step(self: Engine) -> list[RequestOutput]:
     if self.config.check_invariants:
         check_invariants(self.cache)
         if self.batch is not None: self.batch.check(out, self.cache)
-    self.num_steps += 1
+    self.num_steps += 1; self.num_computed_tokens += out.num_batched_tokens
     outs = [_output(self, r) for r in got]
     for r in got:
         if r.is_finished: self.detok.pop(r.request_id, None); self.texts.pop(r.request_id, None)
@@ -297,12 +301,17 @@ class EngineSnapshot:
     kv_usage: float
     kv_free_blocks: int
     kv_total_blocks: int
+    prefix_cache_queries: int = 0      # prompt tokens looked up in the prefix cache at admission (Day 9)
+    prefix_cache_hits: int = 0         # of those, found
+    num_computed_tokens: int = 0       # tokens run through the model so far
 
 @patch
 def snapshot(self: Engine) -> EngineSnapshot:
     "The counters now (read on the engine's thread, or between steps)."
     s, pool = self.scheduler, self.cache.pool
-    return EngineSnapshot(len(s.running), len(s.waiting), s.num_preemptions, self.num_steps, self.cache.usage, pool.num_free, pool.num_blocks)
+    px = self.cache.prefix
+    return EngineSnapshot(len(s.running), len(s.waiting), s.num_preemptions, self.num_steps, self.cache.usage, pool.num_free, pool.num_blocks,
+                          px.queries if px else 0, px.hits if px else 0, self.num_computed_tokens)
 
 @patch
 def abort_all(self: Engine) -> int:

@@ -5,11 +5,12 @@
 # %% ../nbs/10_kvcache.ipynb #2d13a8ad
 from __future__ import annotations
 import heapq, math, os
-from collections import deque
+from collections import OrderedDict
 from dataclasses import dataclass, asdict
 import torch
 from .core import NanoserveError, ConfigError, human_bytes, dtype_name, parse_dtype
 from .config import ModelConfig
+from .prefix import PrefixIndex, PrefixHit, hash_block
 
 # %% auto #0
 __all__ = ['KVCacheError', 'KVPoolPlan', 'kv_bytes_per_token', 'available_ram', 'plan_kv_pool', 'BlockPool', 'KVCache',
@@ -76,10 +77,10 @@ def plan_kv_pool(cfg: ModelConfig, dtype='float32', device='cpu', block_size: in
 
 # %% ../nbs/10_kvcache.ipynb #04fe6a2a
 class BlockPool:
-    "Fixed-size blocks handed out from a free list, with a reference count each."
-    def __init__(self, num_blocks: int):
-        self.num_blocks = num_blocks
-        self.free_blocks = deque(range(num_blocks))   # ids of blocks with ref_count 0
+    "Fixed-size blocks handed out from a free list, with a reference count each; with a prefix index, freed named blocks stay findable."
+    def __init__(self, num_blocks: int, prefix: PrefixIndex | None = None):
+        self.num_blocks, self.prefix = num_blocks, prefix
+        self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))   # ref_count 0; handed out from the front
         self.ref_counts = [0] * num_blocks
 
     @property
@@ -87,23 +88,33 @@ class BlockPool:
     def can_allocate(self, n: int) -> bool: return n <= len(self.free_blocks)
 
     def allocate(self, n: int) -> list[int]:
-        "Take n free blocks (ref count 1 each)."
+        "Take n free blocks (ref count 1 each); a named block taken is evicted from the index."
         if n > len(self.free_blocks): raise KVCacheError(f"asked for {n} blocks, {len(self.free_blocks)} free")
-        out = [self.free_blocks.popleft() for _ in range(n)]
-        for b in out: self.ref_counts[b] = 1
+        out = [self.free_blocks.popitem(last=False)[0] for _ in range(n)]
+        for b in out:
+            self.ref_counts[b] = 1
+            if self.prefix is not None: self.prefix.evict(b)
         return out
 
-    def free(self, blocks: list[int]):
-        "Drop one reference to each block; blocks reaching 0 return to the free list."
+    def share(self, blocks: list[int]):
+        "Take one more reference to each of `blocks` (named blocks a request found; a free one leaves the free list, keeping its content)."
         for b in blocks:
+            if self.ref_counts[b] == 0: del self.free_blocks[b]
+            self.ref_counts[b] += 1
+
+    def free(self, blocks: list[int]):
+        "Drop one reference to each block; blocks reaching 0 return to the free list: named ones at its end (evicted last, least recently used first), others at its front."
+        for b in (blocks if self.prefix is None else reversed(blocks)):   # with an index, a request's last blocks are evicted first (least likely shared)
             if self.ref_counts[b] <= 0: raise KVCacheError(f"block {b} freed but not held")
             self.ref_counts[b] -= 1
-            if self.ref_counts[b] == 0: self.free_blocks.append(b)
+            if self.ref_counts[b] == 0:
+                self.free_blocks[b] = None
+                if self.prefix is not None and b not in self.prefix: self.free_blocks.move_to_end(b, last=False)
 
 # %% ../nbs/10_kvcache.ipynb #ad286512
 class KVCache:
     "KV storage, the block pool, per-request block tables and rows, and the slot table."
-    def __init__(self, cfg: ModelConfig, plan: KVPoolPlan, max_batch_size: int, max_model_len: int):
+    def __init__(self, cfg: ModelConfig, plan: KVPoolPlan, max_batch_size: int, max_model_len: int, prefix_caching: bool = False):
         dtype, dev = parse_dtype(plan.dtype), torch.device(plan.device)
         # one slot past the pool: padded rows of a bucketed decode (Day 52) write their K/V there, and nothing reads it
         self.pad_slot = plan.num_blocks * plan.block_size
@@ -113,7 +124,9 @@ class KVCache:
         self.k[:, self.pad_slot] = 0; self.v[:, self.pad_slot] = 0   # the rest of the pool stays lazy; the pad slot is read as a masked key
         self.slots = torch.full((max_batch_size, max_model_len), self.pad_slot, dtype=torch.int32, device=dev)  # [rows, positions]; free rows: the pad slot
         self.block_size, self.max_model_len, self.plan = plan.block_size, max_model_len, plan
-        self.pool = BlockPool(plan.num_blocks)
+        self.prefix = PrefixIndex(plan.block_size) if prefix_caching else None   # Day 9: full blocks by name, shared across requests
+        self.pool = BlockPool(plan.num_blocks, self.prefix)
+        self.block_hashes: dict[str, list[bytes]] = {}  # request id -> names of its full blocks whose K/V are computed
         self.block_tables: dict[str, list[int]] = {}   # request id -> blocks, in position order
         self.rows: dict[str, int] = {}                 # request id -> cache row
         self.free_rows = list(range(max_batch_size))   # a heap: the lowest free row is handed out first
@@ -123,29 +136,56 @@ class KVCache:
         have = len(self.block_tables.get(req.request_id, ()))
         return max(0, math.ceil((req.num_computed_tokens + num_new) / self.block_size) - have)
 
-    def can_allocate(self, req, num_new: int) -> bool:
-        "Whether `allocate(req, num_new)` would succeed now."
+    def can_allocate(self, req, num_new: int, hit: PrefixHit | None = None) -> bool:
+        "Whether `allocate(req, num_new, hit)` would succeed now (with a hit: its blocks shared, `num_new` tokens after them)."
         if req.request_id not in self.rows and not self.free_rows: return False
-        return self.pool.can_allocate(self.blocks_needed(req, num_new))
+        if not hit or not hit.blocks: return self.pool.can_allocate(self.blocks_needed(req, num_new))
+        need = math.ceil((hit.num_tokens + num_new) / self.block_size) - len(hit.blocks)
+        return self.pool.can_allocate(need + sum(self.pool.ref_counts[b] == 0 for b in hit.blocks))   # free blocks it shares leave the free list
 
-    def allocate(self, req, num_new: int) -> int:
-        "Give `req` a row and the blocks and slots for its next `num_new` tokens; return its row."
-        rid, start, end = req.request_id, req.num_computed_tokens, req.num_computed_tokens + num_new
+    def match_prefix(self, req) -> PrefixHit | None:
+        "The named blocks holding the longest prefix of a request that holds no blocks yet; never its last token (whose logits are needed)."
+        if self.prefix is None or self.block_tables.get(req.request_id): return None
+        return self.prefix.lookup(req.token_ids(0, req.num_tokens), limit=req.num_tokens - 1)
+
+    def allocate(self, req, num_new: int, hit: PrefixHit | None = None) -> int:
+        "Give `req` a row and the blocks and slots for its next `num_new` tokens (after `hit`'s shared blocks, when given); return its row."
+        rid = req.request_id
+        if hit is not None and hit.blocks and (self.block_tables.get(rid) or req.num_computed_tokens != hit.num_tokens):
+            raise KVCacheError(f"{rid}: a prefix hit is taken once, by a request holding no blocks whose computed tokens are the hit's")
+        start, end = req.num_computed_tokens, req.num_computed_tokens + num_new
         if end > self.max_model_len: raise KVCacheError(f"{rid}: position {end - 1} is past max_model_len={self.max_model_len}")
-        if not self.can_allocate(req, num_new): raise KVCacheError(f"{rid}: cannot allocate {num_new} tokens")
+        if not self.can_allocate(req, num_new, hit): raise KVCacheError(f"{rid}: cannot allocate {num_new} tokens")
         if rid not in self.rows:
             self.rows[rid] = row = heapq.heappop(self.free_rows)
             self.slots[row] = -1                      # a held row: -1 until a position is allocated
         table = self.block_tables.setdefault(rid, [])
+        if hit is not None:
+            self.prefix.count(req.num_tokens, hit)
+            if hit.blocks:
+                self.pool.share(hit.blocks); table += hit.blocks; self.block_hashes[rid] = list(hit.hashes)
+                start = 0                              # the shared positions get their slots too
         table += self.pool.allocate(self.blocks_needed(req, num_new))
         pos = torch.arange(start, end)
         blocks = torch.tensor(table, dtype=torch.int64)[pos // self.block_size]
         self.slots[self.rows[rid], start:end] = (blocks * self.block_size + pos % self.block_size).to(self.slots)
         return self.rows[rid]
 
+    def cache_blocks(self, req):
+        "Name the request's full blocks whose K/V are now computed, so that later requests can find them (no-op without an index)."
+        if self.prefix is None: return
+        rid, bs = req.request_id, self.block_size
+        names, table = self.block_hashes.setdefault(rid, []), self.block_tables.get(rid, [])
+        for i in range(len(names), min(req.num_computed_tokens // bs, len(table))):
+            tokens = req.token_ids(i * bs, (i + 1) * bs)
+            parent = names[-1] if names else None
+            names.append(h := hash_block(parent, tokens))
+            self.prefix.register(table[i], h, parent, tokens)
+
     def free(self, req):
-        "Return the request's blocks and row."
+        "Return the request's blocks and row (named blocks stay findable until the pool needs them)."
         rid = req.request_id
+        self.block_hashes.pop(rid, None)
         self.pool.free(self.block_tables.pop(rid, []))
         if (row := self.rows.pop(rid, None)) is not None:
             self.slots[row] = self.pad_slot            # a free row: every read of it lands on the pad slot
@@ -160,19 +200,30 @@ def check_invariants(cache: KVCache, running: list | None = None):
     owners = [0] * cache.pool.num_blocks
     for rid, table in cache.block_tables.items():
         for b in table: owners[b] += 1
-    if any(o > 1 for o in owners): raise KVCacheError("a block is owned twice")
+    if cache.prefix is None and any(o > 1 for o in owners): raise KVCacheError("a block is owned twice")
     if owners != cache.pool.ref_counts:
         bad = [b for b in range(len(owners)) if owners[b] != cache.pool.ref_counts[b]]
         raise KVCacheError(f"blocks {bad[:8]} have ref counts that differ from their owners")
     free = list(cache.pool.free_blocks)
-    if len(free) != len(set(free)): raise KVCacheError("a block is on the free list twice")
     if any(owners[b] for b in free): raise KVCacheError("a block is both free and owned")
     if len(free) + sum(1 for o in owners if o) != cache.pool.num_blocks: raise KVCacheError("blocks were lost")
     if any(t and r not in cache.rows for r, t in cache.block_tables.items()):
         raise KVCacheError("a request holds blocks without a row")
+    if cache.prefix is not None: _check_prefix(cache, owners)
     _check_rows(cache)
     if running is not None and (rows := [cache.rows.get(r.request_id) for r in running]) != list(range(len(running))):
         raise KVCacheError(f"the running requests hold rows {rows}, not 0..{len(running) - 1} in the order the step uses them")
+
+def _check_prefix(cache: KVCache, owners: list[int]):
+    "Day 9's index agrees with itself and with the pool: only named blocks are shared, and a request's names are its blocks' names."
+    idx = cache.prefix
+    if any(idx.blocks.get(b) is None or idx.blocks[b].hash != h for h, b in idx.by_hash.items()) or len(idx.by_hash) != len(idx.blocks):
+        raise KVCacheError("the prefix index's names and blocks disagree")
+    if bad := [b for b, o in enumerate(owners) if o > 1 and b not in idx]: raise KVCacheError(f"blocks {bad[:8]} are shared but not named")
+    for rid, names in cache.block_hashes.items():
+        table = cache.block_tables.get(rid, [])
+        if len(names) > len(table) or any(table[i] in idx and idx.blocks[table[i]].hash != h for i, h in enumerate(names)):
+            raise KVCacheError(f"{rid}'s block names disagree with its blocks")
 
 def _check_rows(cache: KVCache):
     held = list(cache.rows.values())

@@ -16,8 +16,9 @@ from .core import NanoserveError
 # %% auto #0
 __all__ = ['MAX_PLAN_REQUESTS', 'KINDS', 'WORDS', 'RUNNING_GAUGES', 'WAITING_GAUGES', 'ANNOUNCED', 'LoadgenError',
            'ClientRequest', 'ClientPlan', 'prompt_text', 'draw_lengths', 'poisson_arrivals', 'parse_lengths',
-           'make_plan', 'RequestRecord', 'Watch', 'check_loopback', 'server_identity', 'LoadRun', 'run_plan_async',
-           'run_plan', 'free_port', 'wait_healthy', 'nanoserve_command', 'wait_announced', 'spawn_server']
+           'make_plan', 'make_chat_plan', 'RequestRecord', 'Watch', 'check_loopback', 'server_identity', 'LoadRun',
+           'run_plan_async', 'run_plan', 'free_port', 'wait_healthy', 'nanoserve_command', 'wait_announced',
+           'spawn_server']
 
 # %% ../nbs/40_loadgen.ipynb #3e858d9f
 class LoadgenError(NanoserveError, ValueError):
@@ -38,7 +39,9 @@ class ClientRequest:
     ignore_eos: bool = True
     seed: int | None = None
     temperature: float = 0.0
+    history: tuple = ()            # chat: (role, content) pairs sent before the user message (a system prompt, earlier turns)
     def __post_init__(self):
+        object.__setattr__(self, 'history', tuple((str(role), str(c)) for role, c in self.history))   # JSON gives lists back
         if self.kind not in KINDS: raise LoadgenError(f"request {self.index}: kind {self.kind!r} is not one of {KINDS}")
         if self.max_tokens < 1: raise LoadgenError(f"request {self.index}: max_tokens must be >= 1, got {self.max_tokens}")
         if not self.arrival >= 0: raise LoadgenError(f"request {self.index}: arrival must be >= 0 seconds, got {self.arrival}")
@@ -50,7 +53,7 @@ class ClientRequest:
              'stream_options': {'include_usage': True}}
         if self.ignore_eos: b['ignore_eos'] = True
         if self.seed is not None: b['seed'] = self.seed
-        if self.kind == 'chat': b['messages'] = [{'role': 'user', 'content': self.prompt}]
+        if self.kind == 'chat': b['messages'] = [{'role': role, 'content': c} for role, c in self.history] + [{'role': 'user', 'content': self.prompt}]
         else: b['prompt'] = self.prompt
         return b
 
@@ -147,6 +150,26 @@ def as_crowd(self: ClientPlan) -> ClientPlan:
     "The same requests, all at t=0."
     return ClientPlan(tuple(replace(r, arrival=0.0) for r in self.requests), re.sub(r' (crowd|rate=\S+)$', '', self.name) + ' crowd')
 
+# %% ../nbs/40_loadgen.ipynb #00d4eef3
+def make_chat_plan(num_conversations: int, turns: int, system_len: int = 256, user_len=32, answer_len: int = 48, output_len=32, *,
+                   rate: float | None = None, seed: int = 0, temperature: float = 0.0, ignore_eos: bool = True, tokenizer=None,
+                   name: str | None = None) -> ClientPlan:
+    "Multi-turn chats sharing one system prompt: request (c, t) sends the system prompt, conversation c's turns before t, and turn t's message."
+    n = num_conversations * turns
+    if not 0 < n <= MAX_PLAN_REQUESTS: raise LoadgenError(f"num_conversations * turns must be 1..{MAX_PLAN_REQUESTS}, got {n}")
+    rng = random.Random(seed)
+    system = prompt_text(system_len, rng, tokenizer)
+    users = [[prompt_text(k, rng, tokenizer) for k in draw_lengths(user_len, turns, rng, 'user_len')] for _ in range(num_conversations)]
+    answers = [[prompt_text(answer_len, rng, tokenizer) for _ in range(turns - 1)] for _ in range(num_conversations)]
+    outs, arrivals = draw_lengths(output_len, n, rng, 'output_len'), [0.0] * n if rate is None else poisson_arrivals(n, rate, rng)
+    reqs = []
+    for t in range(turns):
+        for c in range(num_conversations):
+            i = len(reqs)
+            history = (('system', system),) + tuple(x for k in range(t) for x in (('user', users[c][k]), ('assistant', answers[c][k])))
+            reqs.append(ClientRequest(i, users[c][t], outs[i], arrivals[i], 'chat', None, ignore_eos, rng.randrange(2**31), temperature, history))
+    return ClientPlan(tuple(reqs), name or f"chat {num_conversations}x{turns} turns system={system_len} " + ('crowd' if rate is None else f'rate={rate}'), rate)
+
 # %% ../nbs/40_loadgen.ipynb #7e2f6ebc
 @dataclass
 class RequestRecord:
@@ -160,6 +183,7 @@ class RequestRecord:
     output_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
+    cached_tokens: int | None = None             # prompt tokens the server took from its prefix cache (usage's prompt_tokens_details), when it says
     @property
     def ok(self) -> bool: return self.error is None and self.done is not None and self.finish_reason is not None
 
@@ -182,7 +206,9 @@ async def _stream(client: httpx.AsyncClient, req: ClientRequest, rec: RequestRec
                     piece = c.get('text') if req.kind == 'completion' else (c.get('delta') or {}).get('content')
                     if piece: rec.chunk_times.append(t); rec.text += piece
                     if c.get('finish_reason'): rec.finish_reason = c['finish_reason']
-                if u := msg.get('usage'): rec.prompt_tokens, rec.output_tokens = u.get('prompt_tokens'), u.get('completion_tokens')
+                if u := msg.get('usage'):
+                    rec.prompt_tokens, rec.output_tokens = u.get('prompt_tokens'), u.get('completion_tokens')
+                    rec.cached_tokens = (u.get('prompt_tokens_details') or {}).get('cached_tokens')
         if rec.error is None and rec.finish_reason is None: rec.error = 'the stream ended without a finish_reason'
     except (httpx.HTTPError, json.JSONDecodeError) as e: rec.error = f"{type(e).__name__}: {e}"
     finally: rec.done = now()

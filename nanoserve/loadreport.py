@@ -12,7 +12,7 @@ from .loadgen import LoadRun, RequestRecord, Watch
 
 # %% auto #0
 __all__ = ['PERCENTILES', 'METRICS', 'NAMES', 'percentile', 'Dist', 'output_tokens', 'latencies', 'ConcurrencyReading',
-           'read_concurrency', 'LoadReport', 'table', 'write_csv', 'plot_reports']
+           'read_concurrency', 'hit_rate', 'LoadReport', 'table', 'write_csv', 'plot_reports']
 
 # %% ../nbs/41_loadreport.ipynb #9a1d17df
 PERCENTILES = (50, 90, 99)
@@ -92,6 +92,11 @@ def read_concurrency(records: list[RequestRecord], watch: Watch) -> ConcurrencyR
                              'with others waiting')
 
 # %% ../nbs/41_loadreport.ipynb #653860ac
+def hit_rate(records) -> float | None:
+    "Prompt tokens served from the server's prefix cache over all prompt tokens, if every record's usage said how many (None otherwise)."
+    if not records or any(r.cached_tokens is None or not r.prompt_tokens for r in records): return None
+    return sum(r.cached_tokens for r in records) / sum(r.prompt_tokens for r in records)
+
 METRICS = ('ttft', 'itl', 'tpot', 'e2e')
 NAMES = {'ttft': 'Time to first token', 'itl': 'Inter-token latency', 'tpot': 'Time per output token (excl. 1st)', 'e2e': 'End-to-end latency'}
 
@@ -119,6 +124,7 @@ class LoadReport:
     concurrency: ConcurrencyReading
     samples: dict = field(default_factory=dict, repr=False, compare=False)   # metric -> per-request seconds (the CDFs)
     errors: tuple = field(default=(), repr=False)                             # first few error messages
+    prefix_cache_hit_rate: float | None = None    # cached / prompt tokens of the completed requests, where the server's usage says (Day 9)
 
     @classmethod
     def of(cls, run: LoadRun, label: str | None = None) -> LoadReport:
@@ -128,7 +134,7 @@ class LoadReport:
         return cls(label or run.label or run.mode, run.plan.name, run.plan.fingerprint, run.mode, None if run.mode == 'crowd' else run.plan.rate,
                    len(run.records), len(ok), len(run.records) - len(ok), d, p_tok, o_tok, len(ok) / d, o_tok / d, (p_tok + o_tok) / d,
                    *(Dist.of(lat[m]) for m in METRICS), read_concurrency(run.records, run.watch), lat,
-                   tuple(r.error for r in run.records if r.error)[:5])
+                   tuple(r.error for r in run.records if r.error)[:5], hit_rate(ok))
 
 # %% ../nbs/41_loadreport.ipynb #76adfc7a
 @patch
@@ -140,7 +146,8 @@ def as_dict(self: LoadReport) -> dict:
         dist = getattr(self, m)
         d |= {f'{m}_mean_ms': 1e3 * dist.mean} | {f'{m}_p{q}_ms': 1e3 * getattr(dist, f'p{q}') for q in PERCENTILES}
     c = self.concurrency
-    return d | {'peak_running': c.peak_running, 'peak_in_flight': c.peak_in_flight, 'peak_streaming': c.peak_streaming, 'concurrency': c.verdict}
+    return d | {'peak_running': c.peak_running, 'peak_in_flight': c.peak_in_flight, 'peak_streaming': c.peak_streaming, 'concurrency': c.verdict,
+                'prefix_cache_hit_rate': self.prefix_cache_hit_rate}
 
 @patch
 def render(self: LoadReport) -> str:

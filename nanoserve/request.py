@@ -44,6 +44,7 @@ class Request:
     stop_reason: int | str | None = None     # the stop token id or stop string that ended it
     logprobs: list = field(default_factory=list)  # per output token: {token_id: logprob}, when asked
     matcher: Any = None                      # its structured-output state (a grammar Matcher, Day 15), when asked
+    num_cached_tokens: int | None = None     # prompt tokens found in the prefix index at its first admission (Day 9)
 
     @property
     def num_prompt_tokens(self) -> int: return len(self.prompt_token_ids)

@@ -119,12 +119,15 @@ def schedule(self: Scheduler) -> SchedulerOutput:
         out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n))); budget -= n
     while self.waiting and budget > 0 and len(self.running) < self.max_batch_size and not out.preempted:
         req = self.waiting[0]
-        n = min(req.num_tokens - req.num_computed_tokens, budget)
-        if not self.cache.can_allocate(req, n): break
+        hit = self.cache.match_prefix(req)                       # Day 9: the longest named prefix (None without the index)
+        cached = hit.num_tokens if hit else 0
+        n = min(req.num_tokens - cached, budget)
+        if not self.cache.can_allocate(req, n, hit): break
         self.waiting.popleft()
-        req.status = RequestStatus.RUNNING
+        req.status, req.num_computed_tokens = RequestStatus.RUNNING, cached
+        if req.num_cached_tokens is None: req.num_cached_tokens = cached
         self.running.append(req)
-        out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n))); budget -= n
+        out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n, hit))); budget -= n
     out.scheduled.sort(key=lambda s: s.num_tokens != 1)        # single-token chunks (decodes) first; stable
     return out
 
@@ -155,6 +158,7 @@ def update(self: Scheduler, out: SchedulerOutput, result: ModelRunnerOutput) -> 
     for s in out.scheduled:
         req = self.requests[s.request_id]
         req.num_computed_tokens += s.num_tokens
+        self.cache.cache_blocks(req)                             # its newly full blocks can be found by later requests (Day 9)
         if req.request_id not in sampled: continue
         tok, lp = sampled[req.request_id]
         req.append_token(tok, now)

@@ -21,11 +21,11 @@ from .tools import check_tools, tool_mode, forced_structured, forced_calls, pars
 from .async_engine import AsyncEngine, EngineDeadError
 
 # %% auto #0
-__all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'ROUTES', 'error_response', 'CaptureCollector', 'ServerMetrics', 'run_choices',
-           'Served', 'served_of', 'guard', 'on_http_error', 'on_invalid', 'refused', 'unknown_model', 'admit',
-           'at_capacity', 'get_health', 'get_metrics', 'get_version', 'get_models', 'tokenize', 'detokenize', 'Reply',
-           'calls_of', 'logprobs_of', 'choice', 'usage', 'collect', 'sse_data', 'sse', 'completions', 'chat', 'respond',
-           'openapi_schema', 'create_app']
+__all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'ROUTES', 'error_response', 'CaptureCollector', 'PrefixCacheCollector',
+           'ServerMetrics', 'run_choices', 'Served', 'served_of', 'guard', 'on_http_error', 'on_invalid', 'refused',
+           'unknown_model', 'admit', 'at_capacity', 'get_health', 'get_metrics', 'get_version', 'get_models',
+           'tokenize', 'detokenize', 'Reply', 'calls_of', 'logprobs_of', 'choice', 'usage', 'collect', 'sse_data',
+           'sse', 'completions', 'chat', 'respond', 'openapi_schema', 'create_app']
 
 # %% ../nbs/32_server.ipynb #118df800
 def error_response(status: int, message: str, type_: str = 'invalid_request_error', param: str | None = None,
@@ -58,6 +58,16 @@ class CaptureCollector:
         for reason, n in cs.fallbacks: fb.add_metric([reason], n)
         yield fb
 
+class PrefixCacheCollector:
+    "The prefix cache's counters (Day 9) in tokens, under nanoserve's names and vLLM's (`vllm:prefix_cache_queries`, `vllm:prefix_cache_hits`)."
+    def __init__(self, aeng: AsyncEngine, model_name: str): self.aeng, self.model_name = aeng, model_name
+    def collect(self):
+        s = self.aeng.stats()
+        for name, v in (('queries', s.prefix_cache_queries), ('hits', s.prefix_cache_hits)):
+            yield CounterMetricFamily(f'nanoserve_prefix_cache_{name}', f'Prompt tokens {"looked up in" if name == "queries" else "found in"} the prefix cache', value=v)
+            m = CounterMetricFamily(f'vllm:prefix_cache_{name}', f'Prefix cache {name}, in terms of number of {"queried" if name == "queries" else "cached"} tokens.', labels=['model_name'])
+            m.add_metric([self.model_name], v); yield m
+
 LATENCY_BUCKETS = (.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
 
 class ServerMetrics:
@@ -76,7 +86,7 @@ class ServerMetrics:
         self.ttft = Histogram('nanoserve_time_to_first_token_seconds', 'Time to first token', buckets=LATENCY_BUCKETS, registry=r)
         self.itl = Histogram('nanoserve_inter_token_latency_seconds', 'Time between tokens', buckets=LATENCY_BUCKETS, registry=r)
         self.e2e = Histogram('nanoserve_e2e_request_latency_seconds', 'End-to-end request latency', buckets=LATENCY_BUCKETS, registry=r)
-        r.register(CaptureCollector(aeng))
+        r.register(CaptureCollector(aeng)); r.register(PrefixCacheCollector(aeng, model_name))
         # vLLM's names (its V1 metrics), so that a Grafana dashboard made for vLLM reads this server unchanged
         m, lab = model_name, ['model_name']
         vg = lambda name, doc, f: Gauge(name, doc, lab, registry=r).labels(m).set_function(f)
@@ -270,8 +280,9 @@ def choice(r: Reply, i: int, o):
     message = {'role': 'assistant', 'content': content, **({'tool_calls': calls} if calls else {})}
     return {'index': i, 'message': message, 'finish_reason': finish, 'logprobs': lp}
 
-def usage(prompt: int, completion: int) -> dict:
-    return {'prompt_tokens': prompt, 'completion_tokens': completion, 'total_tokens': prompt + completion}
+def usage(prompt: int, completion: int, cached: int = 0) -> dict:
+    "OpenAI's usage object; `cached`: prompt tokens served from the prefix cache (OpenAI's `prompt_tokens_details.cached_tokens`)."
+    return {'prompt_tokens': prompt, 'completion_tokens': completion, 'total_tokens': prompt + completion, 'prompt_tokens_details': {'cached_tokens': cached}}
 
 async def collect(r: Reply, first, stream):
     "The non-streamed response: every choice's last output."
@@ -282,7 +293,7 @@ async def collect(r: Reply, first, stream):
     except EngineDeadError as e: return error_response(500, f"the engine failed during the request: {e}", 'server_error')
     prompt_n = sum(len(final[i].prompt_token_ids) for i in range(0, r.n_choices, r.body.n))
     return {'id': r.rid, 'object': r.kind, 'created': r.created, 'model': r.s.model_name, 'choices': [choice(r, i, final[i]) for i in range(r.n_choices)],
-            'usage': usage(prompt_n, sum(len(o.token_ids) for o in final.values()))}
+            'usage': usage(prompt_n, sum(len(o.token_ids) for o in final.values()), sum(final[i].num_cached_tokens for i in range(0, r.n_choices, r.body.n)))}
 
 # %% ../nbs/32_server.ipynb #881436f4
 def sse_data(obj) -> str: return 'data: ' + json.dumps(obj) + '\n\n'       # the one place an event is framed
@@ -304,7 +315,7 @@ async def sse(r: Reply, first, stream):
     # a forced named function streams its arguments as they come; `required` and `auto` are parsed once the choice is done
     tools, n = r.tools, r.n_choices
     named = tools is not None and tools[0] not in ('auto', 'required')
-    ids, sent, totals, prompt_n = [call_id() for _ in range(n)], [0] * n, [0] * n, [0] * n
+    ids, sent, totals, prompt_n, cached = [call_id() for _ in range(n)], [0] * n, [0] * n, [0] * n, [0] * n
     try:
         for i in range(n):
             if chat_: yield event([{'index': i, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}])
@@ -314,7 +325,7 @@ async def sse(r: Reply, first, stream):
             yield first
             async for x in stream: yield x
         async for i, o, delta in all_items():
-            totals[i], prompt_n[i] = len(o.token_ids), len(o.prompt_token_ids)
+            totals[i], prompt_n[i], cached[i] = len(o.token_ids), len(o.prompt_token_ids), o.num_cached_tokens
             if delta and named: yield chunk(i, calls=[{'index': 0, 'function': {'arguments': delta}}], o=o)
             elif delta and not tools: yield chunk(i, delta, o=o)
             if not o.finished: continue
@@ -325,7 +336,7 @@ async def sse(r: Reply, first, stream):
                 if calls: yield chunk(i, calls=[{'index': k, **c} for k, c in enumerate(calls)], o=o)
             yield chunk(i, finish=finish, o=o)
         if r.body.stream_options is not None and r.body.stream_options.include_usage:
-            yield event([], usage=usage(sum(prompt_n[::r.body.n]), sum(totals)))
+            yield event([], usage=usage(sum(prompt_n[::r.body.n]), sum(totals), sum(cached[::r.body.n])))
         yield 'data: [DONE]\n\n'
     except EngineDeadError as e:
         yield sse_data({'error': {'message': f"the engine failed during the request: {e}", 'type': 'server_error', 'param': None, 'code': None}})
