@@ -311,7 +311,7 @@ def snapshot(self: Engine) -> EngineSnapshot:
     s, pool = self.scheduler, self.cache.pool
     px = self.cache.prefix
     return EngineSnapshot(len(s.running), len(s.waiting), s.num_preemptions, self.num_steps, self.cache.usage, pool.num_free, pool.num_blocks,
-                          px.queries if px else 0, px.hits if px else 0, self.num_computed_tokens)
+                          px.queries if px is not None else 0, px.hits if px is not None else 0, self.num_computed_tokens)
 
 @patch
 def abort_all(self: Engine) -> int:

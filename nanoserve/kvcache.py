@@ -148,8 +148,8 @@ class KVCache:
         if self.prefix is None or self.block_tables.get(req.request_id): return None
         return self.prefix.lookup(req.token_ids(0, req.num_tokens), limit=req.num_tokens - 1)
 
-    def allocate(self, req, num_new: int, hit: PrefixHit | None = None) -> int:
-        "Give `req` a row and the blocks and slots for its next `num_new` tokens (after `hit`'s shared blocks, when given); return its row."
+    def allocate(self, req, num_new: int, hit: PrefixHit | None = None, count: bool = True) -> int:
+        "Give `req` a row and the blocks and slots for its next `num_new` tokens (after `hit`'s shared blocks, when given); return its row. `count`: the hit goes into the index's counters."
         rid = req.request_id
         if hit is not None and hit.blocks and (self.block_tables.get(rid) or req.num_computed_tokens != hit.num_tokens):
             raise KVCacheError(f"{rid}: a prefix hit is taken once, by a request holding no blocks whose computed tokens are the hit's")
@@ -161,7 +161,7 @@ class KVCache:
             self.slots[row] = -1                      # a held row: -1 until a position is allocated
         table = self.block_tables.setdefault(rid, [])
         if hit is not None:
-            self.prefix.count(req.num_tokens, hit)
+            if count: self.prefix.count(req.num_tokens, hit)
             if hit.blocks:
                 self.pool.share(hit.blocks); table += hit.blocks; self.block_hashes[rid] = list(hit.hashes)
                 start = 0                              # the shared positions get their slots too

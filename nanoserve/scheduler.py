@@ -125,9 +125,10 @@ def schedule(self: Scheduler) -> SchedulerOutput:
         if not self.cache.can_allocate(req, n, hit): break
         self.waiting.popleft()
         req.status, req.num_computed_tokens = RequestStatus.RUNNING, cached
-        if req.num_cached_tokens is None: req.num_cached_tokens = cached
+        first = req.num_cached_tokens is None                     # the counters count a request once, not again when it is readmitted
+        if first: req.num_cached_tokens = cached
         self.running.append(req)
-        out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n, hit))); budget -= n
+        out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n, hit, count=first))); budget -= n
     out.scheduled.sort(key=lambda s: s.num_tokens != 1)        # single-token chunks (decodes) first; stable
     return out
 

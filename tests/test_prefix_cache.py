@@ -101,6 +101,15 @@ def test_the_small_pool_does_evict_and_preempt(peaky):
     _, e = drive(peaky, shared_prompts(0, 12), {}, True)
     assert e.cache.prefix.evictions > 0 and e.scheduler.num_preemptions > 0 and e.cache.prefix.hits > 0
 
+def test_counters_count_each_request_once_and_read_through_an_empty_index(peaky):
+    e = Engine.build(peaky, dtype='float32', check_invariants=True)
+    e.generate([[5, 6, 7, 8, 9, 10]], SamplingParams(max_tokens=2, temperature=0), use_tqdm=False)
+    s = e.snapshot()
+    assert len(e.cache.prefix) == 0 and (s.prefix_cache_queries, s.prefix_cache_hits) == (6, 0)   # nothing named, the query still counted
+    prompts = shared_prompts(0, 12)
+    _, e = drive(peaky, prompts, {}, True)
+    assert e.scheduler.num_preemptions > 0 and e.cache.prefix.queries == sum(len(p) for p in prompts)   # readmissions not counted again
+
 def test_generate_takes_no_prefix_cache(peaky):
     from nanoserve.cli import main
     outs = []
@@ -122,9 +131,11 @@ def test_server_reports_cached_tokens_in_usage_and_metrics(tiny):
         return float(re.search(rf'^{re.escape(name)}{{model_name="tiny"}} ([0-9.e+]+)$', httpx.get(f'{url}/metrics').text, re.M).group(1))
     path = tiny('llama_tied_gqa')
     with spawn_server(path, '--dtype', 'float32', '--served-model-name', 'tiny') as (url, _):
+        assert httpx.get(f'{url}/health').json()['prefix_cache'] is True
         assert ask(url, 'hello') == 0
         cached = ask(url, 'hello world')
         assert cached > 0 and cached % 16 == 0
         assert metric(url, 'vllm:prefix_cache_hits_total') == cached and metric(url, 'vllm:prefix_cache_queries_total') > cached
     with spawn_server(path, '--dtype', 'float32', '--served-model-name', 'tiny', '--no-prefix-cache') as (url, _):
+        assert httpx.get(f'{url}/health').json()['prefix_cache'] is False
         assert ask(url, 'hello') == ask(url, 'hello world') == 0
