@@ -10,7 +10,7 @@ from dataclasses import dataclass, asdict
 import torch
 from .core import NanoserveError, ConfigError, human_bytes, dtype_name, parse_dtype
 from .config import ModelConfig
-from .prefix import PrefixIndex, PrefixHit, hash_block
+from .prefix import PrefixIndex, PrefixHit, block_hashes
 
 # %% auto #0
 __all__ = ['KVCacheError', 'KVPoolPlan', 'kv_bytes_per_token', 'available_ram', 'plan_kv_pool', 'BlockPool', 'KVCache',
@@ -176,11 +176,12 @@ class KVCache:
         if self.prefix is None: return
         rid, bs = req.request_id, self.block_size
         names, table = self.block_hashes.setdefault(rid, []), self.block_tables.get(rid, [])
-        for i in range(len(names), min(req.num_computed_tokens // bs, len(table))):
-            tokens = req.token_ids(i * bs, (i + 1) * bs)
-            parent = names[-1] if names else None
-            names.append(h := hash_block(parent, tokens))
-            self.prefix.register(table[i], h, parent, tokens)
+        first, end = len(names), min(req.num_computed_tokens // bs, len(table))
+        if end <= first: return
+        tokens = req.token_ids(first * bs, end * bs)
+        for i, h in enumerate(block_hashes(tokens, bs, names[-1] if names else None), first):   # Day 9's chain, continued from its last name
+            self.prefix.register(table[i], h, names[-1] if names else None, tokens[(i - first) * bs:(i - first + 1) * bs])
+            names.append(h)
 
     def free(self, req):
         "Return the request's blocks and row (named blocks stay findable until the pool needs them)."
