@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
 
-.PHONY: install install-test install-dev demo serve test stress export check-export pytest browser site preview screenshots readme clean
+.PHONY: install install-test install-dev demo serve test stress export check-export pytest browser lb site preview screenshots readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,7 +54,7 @@ check-export: export
 pytest: install-test
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests nbs
 
-test: check-export browser pytest
+test: check-export browser lb pytest
 
 # tests/test_browser.py opens the site in Debian's chromium: install it when missing, where we are root and apt-get exists.
 # Any failure is ignored: without chromium that test skips and says so.
@@ -66,6 +66,16 @@ browser:
 	  apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
 	    || echo "make browser: could not install chromium; tests/test_browser.py will skip"; \
 	else echo "make browser: no chromium, and no apt-get as root to install it; tests/test_browser.py will skip"; fi
+
+# tests/test_replicas.py runs two replicas behind HAProxy (deploy/haproxy.cfg): install it the same way, or that test skips.
+lb:
+	-@if command -v haproxy >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make lb: installing haproxy with apt-get (for tests/test_replicas.py)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq haproxy >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq haproxy >/dev/null 2>&1; } \
+	    || echo "make lb: could not install haproxy; tests/test_replicas.py will skip"; \
+	else echo "make lb: no haproxy, and no apt-get as root to install it; tests/test_replicas.py will skip"; fi
 
 # The build log as a website in _site/. With quarto on PATH: nbdev_docs, quarto's render of the processed notebooks into
 # settings.ini's doc_path (_docs), copied to _site/. nbdev_docs rewrites nbs/sidebar.yml (flat, no phases) unless settings.ini

@@ -67,8 +67,13 @@ class AsyncEngine:
 
     @property
     def running(self) -> bool:
-        "The loop thread is alive and serving."
-        return self._thread.is_alive() and self.error is None and not self._stopping
+        "The loop thread is alive and serving, and no part of the engine outside it has died (Day 19's workers)."
+        return self._thread.is_alive() and self.error is None and not self._stopping and self.engine.fault is None
+
+    @property
+    def failure(self) -> BaseException | None:
+        "Why the engine cannot serve: the loop's error, or a part of the engine that died outside the loop (a tensor-parallel worker)."
+        return self.error or self.engine.fault
 
     @property
     def max_batch_size(self) -> int: return self.engine.config.max_batch_size
@@ -169,7 +174,7 @@ def _send(self: AsyncEngine, cmd):
 @patch
 async def generate(self: AsyncEngine, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> AsyncIterator[RequestOutput]:
     "Stream the outputs of one request (cumulative text and tokens); the last has `finished=True`."
-    if not self.running: raise EngineDeadError(f"the engine is not running{f': {self.error}' if self.error else ''}")
+    if not self.running: raise EngineDeadError(f"the engine is not running{f': {self.failure}' if self.failure else ''}")
     ids, params = self.engine.check(prompt, params)            # refuse bad input here, synchronously
     rid = request_id if request_id is not None else f"req-{next(self._ids)}"
     if rid in self._streams: raise RequestError(f"request id {rid!r} is already in use")
@@ -220,3 +225,4 @@ def shutdown(self: AsyncEngine, timeout: float = 30.0):
     _send(self, ('stop',))
     self._thread.join(timeout)
     self.engine.abort_all()
+    self.engine.close()                                   # Day 19: the other ranks stop too

@@ -116,7 +116,8 @@ def cmd_generate(args) -> int:
     from nanoserve.batch import PersistentBatch
     config = config_from_args(args)                                          # validated before the model loads
     engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), config, batch=PersistentBatch)
-    outs = engine.generate([p for p, _, _ in items], params, use_tqdm=len(items) > 1 and sys.stderr.isatty())
+    try: outs = engine.generate([p for p, _, _ in items], params, use_tqdm=len(items) > 1 and sys.stderr.isatty())
+    finally: engine.close()                                                   # --tensor-parallel-size: the other ranks stop
     for (_, _, label), o in zip(items, outs):
         if args.json:
             row = {'prompt': label, 'text': o.text, 'token_ids': o.token_ids, 'finish_reason': o.finish_reason,
@@ -152,10 +153,13 @@ def cmd_bench(args) -> int:
         ceil = ceilings(engine.model, args.max_batch_size)
         r = asdict(run_nanoserve(engine, w)); r.update(ceil, gemm_ceiling_share=r['output_tok_s'] / ceil['gemm_ceiling_tok_s']); rows.append(r)
         if args.batch1_requests:
-            one = build_engine(engine.model, config_from_args(args, dtype=dtype, max_batch_size=1), engine.tokenizer, batch=PersistentBatch)
+            if sharded := args.tensor_parallel_size > 1: engine.close()          # the ranks serve one engine at a time: split the model again
+            one = build_engine(path if sharded else engine.model, config_from_args(args, dtype=dtype, max_batch_size=1),
+                               None if sharded else engine.tokenizer, batch=PersistentBatch)
             w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
             r1 = asdict(run_nanoserve(one, w1)); r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
-            rows.append(r1)
+            rows.append(r1); one.close()
+        engine.close()
         if args.compare_transformers or args.compare_vllm: engine = one = None     # free the model before a peer loads its own
         if args.compare_transformers: rows.append(asdict(run_transformers(path, dtype, w, args.hf_batch_size)))
         if args.compare_vllm:
@@ -186,6 +190,10 @@ COMMANDS = {'pull': cmd_pull, 'generate': cmd_generate, 'bench': cmd_bench, 'ser
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `nanoserve` command."
     args = build_parser().parse_args(argv)
+    if args.command in ('serve', 'generate', 'bench'):
+        from nanoserve.parallel import rank_from_env, worker_main
+        if (env := rank_from_env()) is not None and env[0] > 0:
+            return worker_main()       # torchrun started this process as rank > 0 of a split model: it runs rank 0's steps (Day 19)
     if args.command != 'pull':         # the commands that build an engine set the allocator once, for the process (Day 20)
         from nanoserve.engine import keep_freed_memory
         keep_freed_memory()

@@ -21,6 +21,7 @@ from .kvcache import KVCache, plan_kv_pool, check_invariants
 from .sampling import SamplingParams, check_request
 from .scheduler import Scheduler
 from .runner import ModelRunner
+from .parallel import load_sharded, make_runner
 from .grammar import GrammarCompiler
 
 # %% auto #0
@@ -60,6 +61,8 @@ class EngineConfig:
     gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
     pack_weights: bool = _flag(True, "linear weights reordered once for oneDNN (Day 06; CPU, float32 and bfloat16; a second copy of the weights)")
     prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed (Day 9); --no-prefix-cache computes every prompt whole")
+    tensor_parallel_size: int = _flag(1, "processes the model is split across (Day 19): each holds 1/N of the heads, MLP columns, vocabulary "
+                                      "and KV pool; gloo on CPU; the others start here, or under torchrun on several machines")
 
     def __post_init__(self):
         if self.dtype != 'auto': parse_dtype(self.dtype)
@@ -69,7 +72,7 @@ class EngineConfig:
         if dev.type not in ('cpu', 'cuda'): raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
         if dev.type == 'cuda' and not torch.cuda.is_available():
             raise ConfigError(f"device={self.device!r}, but this torch sees no CUDA device (torch.cuda.is_available() is False): use --device cpu")
-        for name in ('max_batch_size', 'max_num_batched_tokens', 'block_size', 'capture_limit'):
+        for name in ('max_batch_size', 'max_num_batched_tokens', 'block_size', 'capture_limit', 'tensor_parallel_size'):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         for name in ('num_kv_blocks', 'warm_rows', 'warm_width'):
@@ -88,6 +91,12 @@ class EngineConfig:
         if (self.warm_rows or self.warm_width) and not self.capture_decode:
             raise ConfigError("warm_rows and warm_width bound the capture plan, and capture is off: add --cuda-graphs (capture_decode with "
                               "bucket_decode and persist_inputs), or drop them")
+        if self.tensor_parallel_size > 1 and dev.type != 'cpu':
+            raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} on {self.device}: tensor parallelism runs on CPU over gloo in this "
+                              "version (nccl on CUDA is not built yet); use --device cpu, or --tensor-parallel-size 1")
+        if self.tensor_parallel_size > 1 and (any(flags.values()) or self.compile):
+            raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} runs the eager forward: a compiled or recorded step would have to "
+                              "contain the collectives between ranks, which is not built yet; drop --cuda-graphs / --compile, or use --tensor-parallel-size 1")
         if (self.capture_recorder is not None or not self.warm or not self.capture_prefix_rule) and not self.capture_decode:
             raise ConfigError("capture_recorder, warm=False and capture_prefix_rule=False (--capture-recorder, --no-warm) say how the decode is "
                               "recorded, and capture is off: add --cuda-graphs (capture_decode with bucket_decode and persist_inputs), or drop them")
@@ -137,12 +146,18 @@ def keep_freed_memory():
 def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config: EngineConfig) -> tuple[CausalLM, Tokenizer, set[int]]:
     "The model (loaded on `config.device` when given a directory), its tokenizer and its stop ids."
     if isinstance(model, CausalLM):
+        if config.tensor_parallel_size > 1:
+            raise ConfigError(f"tensor_parallel_size={config.tensor_parallel_size} loads each rank's shard from the model directory: pass the "
+                              "directory, not a loaded model")
         if tokenizer is None: raise ConfigError("pass the tokenizer with a loaded model")
         if not hasattr(model, 'dtype_reason'): model.dtype_reason = 'the model was loaded before the engine'   # its dtype wins over config.dtype
         return speed_up(model, config.fuse_projections, config.gemv, config.pack_weights), tokenizer, stop_ids_for(None, model, tokenizer)
     path = Path(model)
     dtype, why = resolve_dtype(config.dtype, config.device)
-    model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv, config.pack_weights)
+    if config.tensor_parallel_size > 1:               # Day 19: rank 0's shard; the other ranks load theirs in their own processes
+        model = load_sharded(path, config.tensor_parallel_size, dtype=dtype, device=config.device, max_positions=config.max_model_len,
+                             fuse=config.fuse_projections, one_row=config.gemv, pack=config.pack_weights)
+    else: model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv, config.pack_weights)
     model.dtype_reason = why
     tokenizer = tokenizer or Tokenizer.from_dir(path)
     return model, tokenizer, stop_ids_for(path, model, tokenizer)
@@ -194,12 +209,21 @@ class Engine:
                 self._grammars = self.runner.grammars = GrammarCompiler(self.tokenizer.backend.to_str(), self.stop_ids, self.model.config.vocab_size)
         return self._grammars
 
+    @property
+    def fault(self) -> BaseException | None:
+        "A part of the engine outside its thread that died (Day 19: a tensor-parallel worker): the engine cannot step, and says why."
+        return self.runner.fault
+
+    def close(self):
+        "Release what the engine holds outside this process (Day 19: stop the other ranks); the engine cannot step after it."
+        self.runner.close()
+
     @classmethod
     def assemble(cls, model: CausalLM, tokenizer: Tokenizer, cache: KVCache, config: EngineConfig, stop_ids: set[int], decode_path=None,
                  batch=None) -> Engine:
         "An engine over a loaded model and an allocated cache; the scheduler and the runner are made here."
         return cls(model, tokenizer, cache, Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids),
-                   ModelRunner(model, cache, stop_ids, config.batch_invariant), config, stop_ids, decode_path, batch)
+                   make_runner(model, cache, stop_ids, config.batch_invariant), config, stop_ids, decode_path, batch)
 
     @classmethod
     def build(cls, model: str | Path | CausalLM, tokenizer: Tokenizer | None = None, config: EngineConfig | None = None,

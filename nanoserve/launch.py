@@ -216,6 +216,9 @@ def boot_lines(engine: Engine, model_name: str) -> list[str]:
                      "capture not warmed (--no-warm): each planned shape is recorded on the first step that needs it")
     elif engine.decode_path is not None: lines.append("decode: bucketed, not recorded (add --cuda-graphs to record it)")
     else: lines.append("capture: off (--cuda-graphs records the decode step once per shape at boot)")
+    if (tp := getattr(engine.model, 'tensor_parallel', None)) is not None:
+        lines.append(f"tensor parallel: {tp.world} ranks over gloo ({'started here, pids ' + ' '.join(str(p.pid) for p in tp.workers) if tp.workers else 'started by torchrun'}); "
+                     f"each holds 1/{tp.world} of the heads, MLP columns, vocabulary and KV pool: the sizes above are rank 0's")
     if b.seconds: lines.append('boot: ' + ', '.join(f"{k} {v:.1f} s" for k, v in b.seconds.items()))
     return lines
 

@@ -25,6 +25,14 @@ class ModelRunner:
         self.decode_path = None   # Day 54: an object whose run(rows, tokens, context_lens) serves pure-decode steps
         self.grammars = None      # Day 15: the engine's GrammarCompiler, once a request asked for structured output
 
+    @property
+    def fault(self) -> BaseException | None:
+        "A part this runner needs that died outside the engine's thread (Day 19: a tensor-parallel worker); None here, where there is none."
+        return None
+
+    def close(self):
+        "Release what the runner holds outside this process (Day 19's worker processes); nothing here."
+
     def prepare_inputs(self, out: SchedulerOutput):
         "input_ids [T], positions [T], attention metadata, the flat indices of sampled rows and the requests they sample for."
         ids, chunks, sample_idx, samplers, start = [], [], [], [], 0
@@ -51,13 +59,18 @@ class ModelRunner:
                                           [s.context_len for s in out.scheduled])
             return self._sample(logits, out.scheduled)
         input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)
+        logits = self.logits(input_ids, positions, meta, sample_idx)
+        return ModelRunnerOutput() if logits is None else self._sample(logits, samplers)
+
+    def logits(self, input_ids: torch.Tensor, positions: torch.Tensor, meta, sample_idx: list[int]) -> torch.Tensor | None:
+        "The forward of a prepared step, and float32 logits [len(sample_idx), vocab] of its sampled rows (None when no row samples)."
         attn = (InvariantPagedAttention if self.batch_invariant else PagedAttention)(self.cache, meta)
         hidden = self.model(input_ids, positions, attn)
-        if not samplers: return ModelRunnerOutput()
+        if not sample_idx: return None
         rows = hidden[sample_idx]
         if self.batch_invariant:
-            rows = torch.cat([rows, rows.new_zeros(_pad_to(len(samplers), INVARIANT_PAD) - len(samplers), rows.shape[1])])
-        return self._sample(self.model.compute_logits(rows)[:len(samplers)].cpu(), samplers)
+            rows = torch.cat([rows, rows.new_zeros(_pad_to(len(sample_idx), INVARIANT_PAD) - len(sample_idx), rows.shape[1])])
+        return self.model.compute_logits(rows)[:len(sample_idx)].cpu()
 
     def _sample(self, logits: torch.Tensor, scheduled: list[ScheduledRequest]) -> ModelRunnerOutput:
         states = [s.sampling for s in scheduled]

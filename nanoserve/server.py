@@ -193,7 +193,7 @@ def admit(s: Served, body) -> JSONResponse | None:
     try: check_text(body)                 # first: every message below may quote the body
     except RequestError as e: return refused(e)
     if body.model != s.model_name: return unknown_model(s, body.model)
-    if not s.aeng.running: return error_response(503, f"the engine is not running: {s.aeng.error}", 'server_error', headers={'Retry-After': '5'})
+    if not s.aeng.running: return error_response(503, f"the engine is not running: {s.aeng.failure}", 'server_error', headers={'Retry-After': '5'})
 
 def at_capacity(s: Served, n: int) -> JSONResponse | None:
     "A 503 if `n` more engine requests (a body's prompts times its n) would overflow the waiting queue."
@@ -205,7 +205,7 @@ def at_capacity(s: Served, n: int) -> JSONResponse | None:
 # %% ../nbs/32_server.ipynb #f793832e
 async def get_health(request: Request):
     s = served_of(request)
-    if not s.aeng.running: return JSONResponse({**s.health, 'status': 'dead', 'error': str(s.aeng.error)}, 503)
+    if not s.aeng.running: return JSONResponse({**s.health, 'status': 'dead', 'error': str(s.aeng.failure)}, 503)
     body = {**s.health, 'status': 'ok', 'stats': s.aeng.stats().as_dict()}
     if (cs := s.aeng.capture_stats()) is not None:     # the counters go beside the boot half (Day 56), never over it
         body['cuda_graphs'] = {**s.health.get('cuda_graphs', {}), 'runtime': cs.as_dict()}

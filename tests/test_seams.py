@@ -12,6 +12,7 @@ ALLOWED = {
     'torch.ops.mkldnn._reorder_linear_weight': "fast.FastLinear.pack: oneDNN's prepacked weight layout has no public op in torch's CPU build",
     'torch.ops.mkldnn._linear_pointwise': "fast.FastLinear.forward: the GEMM that reads a prepacked weight (the same op torch.compile's CPU backend emits)",
     'mod._parameters': "weights.set_parameter: swap a parameter of a meta-device module without a copy (what nn.Module.register_parameter does, minus its checks)",
+    'os._exit': "parallel.worker_main: a worker leaves without the interpreter's shutdown, which aborts around gloo's threads (the stdlib's documented exit for child processes)",
     'request._body': "server: hand starlette the body we already read and counted, as its own cache, so the handler does not read it twice",
 }
 PRIVATE = re.compile(r'\b((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\._([A-Za-z]\w*(?:\.[A-Za-z_]\w*)*)')
