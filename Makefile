@@ -56,26 +56,25 @@ pytest: install-test
 
 test: check-export browser lb pytest
 
-# tests/test_browser.py opens the site in Debian's chromium: install it when missing, where we are root and apt-get exists.
-# Any failure is ignored: without chromium that test skips and says so.
-browser:
-	-@if command -v chromium >/dev/null 2>&1; then :; \
+# $(call apt_install,PACKAGE,TEST): install the Debian package PACKAGE (its command has the same name) when missing, where we are root
+# and apt-get exists. Any failure is ignored: without it, TEST skips and says so.
+define apt_install
+	-@if command -v $(1) >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "make browser: installing chromium with apt-get (for tests/test_browser.py)"; \
+	  echo "make: installing $(1) with apt-get (for $(2))"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
-	    || echo "make browser: could not install chromium; tests/test_browser.py will skip"; \
-	else echo "make browser: no chromium, and no apt-get as root to install it; tests/test_browser.py will skip"; fi
+	  apt-get install -y -qq $(1) >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $(1) >/dev/null 2>&1; } \
+	    || echo "make: could not install $(1); $(2) will skip"; \
+	else echo "make: no $(1), and no apt-get as root to install it; $(2) will skip"; fi
+endef
 
-# tests/test_replicas.py runs two replicas behind HAProxy (deploy/haproxy.cfg): install it the same way, or that test skips.
+# tests/test_browser.py opens the site in Debian's chromium.
+browser:
+	$(call apt_install,chromium,tests/test_browser.py)
+
+# tests/test_replicas.py runs two replicas behind HAProxy (deploy/haproxy.cfg).
 lb:
-	-@if command -v haproxy >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "make lb: installing haproxy with apt-get (for tests/test_replicas.py)"; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get install -y -qq haproxy >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq haproxy >/dev/null 2>&1; } \
-	    || echo "make lb: could not install haproxy; tests/test_replicas.py will skip"; \
-	else echo "make lb: no haproxy, and no apt-get as root to install it; tests/test_replicas.py will skip"; fi
+	$(call apt_install,haproxy,tests/test_replicas.py)
 
 # The build log as a website in _site/. With quarto on PATH: nbdev_docs, quarto's render of the processed notebooks into
 # settings.ini's doc_path (_docs), copied to _site/. nbdev_docs rewrites nbs/sidebar.yml (flat, no phases) unless settings.ini

@@ -4,18 +4,17 @@
 
 # %% ../nbs/19_parallel.ipynb #656d5ab8
 from __future__ import annotations
-import datetime, json, os, signal, subprocess, sys, threading, time
+import datetime, json, os, signal, subprocess, sys, threading
 from dataclasses import dataclass, field, replace, fields
 from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from safetensors import safe_open
 from .core import NanoserveError, ConfigError, parse_dtype
 from .config import ModelConfig
 from .model import CausalLM
-from .weights import checkpoint_files, read_headers, check_tensors, set_parameter, weight_bytes, LoadReport
+from .weights import load_weights, weight_bytes
 from .fast import speed_up
 from .kvcache import KVCache, KVPoolPlan
 from .attention import SeqChunk, build_metadata
@@ -239,7 +238,7 @@ def close_group(tp: TensorParallel, timeout: float = 30.0, kill: bool = False):
 def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cpu', max_positions: int | None = None,
                fuse: bool = True, one_row: bool = True, pack: bool = True) -> CausalLM:
     "Rank `tp.rank`'s shard of the checkpoint in `path`: its heads, MLP columns and vocabulary rows, read as slices; the blocks whose outputs are partial sums wrapped to sum over the ranks."
-    t0, full, dtype = time.perf_counter(), ModelConfig.from_dir(path), parse_dtype(dtype)
+    full, dtype = ModelConfig.from_dir(path), parse_dtype(dtype)
     cfg = shard_config(full, tp.world)
     per = -(-full.vocab_size // tp.world)                                    # vocabulary rows per rank (the last padded)
     with torch.device('meta'):
@@ -248,19 +247,9 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
         model.model.embed_tokens = VocabParallelEmbedding(per, full.hidden_size, tp.rank * per, tp.step)
         model.lm_head = nn.Linear(full.hidden_size, per, bias=False)
     tied = {'lm_head.weight': 'model.embed_tokens.weight'} if full.tie_word_embeddings else {}
-    expected = {n: tuple(p.shape) for n, p in whole.named_parameters() if n not in tied}
-    found = read_headers(checkpoint_files(path))
-    check_tensors(found, expected, optional=set(tied))
-    by_file: dict[Path, list[str]] = {}
-    for name in expected: by_file.setdefault(found[name].file, []).append(name)
-    for f, names in by_file.items():
-        with safe_open(str(f), framework='pt', device='cpu') as h:
-            for name in names:
-                t = read_shard(h, name, shard_of(name, found[name].shape, tp.rank, tp.world))
-                set_parameter(model, name, t.to(device=device, dtype=dtype))
-    for alias, source in tied.items(): set_parameter(model, alias, model.get_parameter(source))
+    model.load_report = load_weights(model, path, dtype, device, tied, expected={n: tuple(p.shape) for n, p in whole.named_parameters() if n not in tied},
+                                     read=lambda h, name, info: read_shard(h, name, shard_of(name, info.shape, tp.rank, tp.world)))
     model.rotary.to(device)
-    model.load_report = LoadReport(len(expected), weight_bytes(model), dtype, time.perf_counter() - t0)
     model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack)
     for layer in model.model.layers: layer.self_attn, layer.mlp = SumOverRanks(layer.self_attn, tp.step), SumOverRanks(layer.mlp, tp.step)
     model.lm_head = GatherVocab(model.lm_head, full.vocab_size, tp.step)

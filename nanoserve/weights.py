@@ -94,16 +94,19 @@ def weight_bytes(model: nn.Module) -> int:
 
 # %% ../nbs/03_weights.ipynb #c0e96fdf
 def load_weights(model: nn.Module, path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = 'cpu',
-                 tied: dict[str, str] | None = None) -> LoadReport:
-    "Check, then load, the safetensors checkpoint in `path` into `model` (typically built on the meta device)."
+                 tied: dict[str, str] | None = None, expected: dict[str, tuple] | None = None, read=None) -> LoadReport:
+    """Check, then load, the safetensors checkpoint in `path` into `model` (typically built on the meta device).
+    `expected`: the checkpoint's shapes when they are not the model's; `read(h, name, info)`: what to take from each tensor (Day 19: a rank's slice)."""
     t0, tied = time.perf_counter(), dict(tied or {})
-    expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False) if n not in tied}
+    if expected is None: expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False) if n not in tied}
     found = read_headers(checkpoint_files(path))
     check_tensors(found, expected, optional=set(tied))
     by_file: dict[Path, list[str]] = {}
     for name in expected: by_file.setdefault(found[name].file, []).append(name)
     for f, names in by_file.items():
         with safe_open(str(f), framework='pt', device='cpu') as h:
-            for name in names: set_parameter(model, name, h.get_tensor(name).to(device=device, dtype=dtype))
+            for name in names:
+                t = h.get_tensor(name) if read is None else read(h, name, found[name])
+                set_parameter(model, name, t.to(device=device, dtype=dtype))
     for alias, source in tied.items(): set_parameter(model, alias, model.get_parameter(source))
     return LoadReport(len(expected), weight_bytes(model), dtype, time.perf_counter() - t0)
