@@ -225,4 +225,4 @@ def shutdown(self: AsyncEngine, timeout: float = 30.0):
     _send(self, ('stop',))
     self._thread.join(timeout)
     self.engine.abort_all()
-    self.engine.close()                                   # Day 19: the other ranks stop too
+    self.engine.close(kill=self._thread.is_alive())        # Day 19: the other ranks stop too (killed if the loop may still be in a step)

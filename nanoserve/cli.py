@@ -147,6 +147,10 @@ def cmd_bench(args) -> int:
     try: lo, hi = map(int, args.prompt_len.split(':'))
     except ValueError: raise RequestError(f"--prompt-len must be MIN:MAX, got {args.prompt_len!r}") from None
     path, rows = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), []
+    from nanoserve.parallel import rank_from_env
+    from nanoserve.core import ConfigError
+    if args.tensor_parallel_size > 1 and args.batch1_requests and rank_from_env() is not None:
+        raise ConfigError("under torchrun, bench offline can build its split engine once: add --batch1-requests 0 (the batch-1 run needs a second one)")
     for dtype in args.dtypes.split(','):
         engine = build_engine(path, config_from_args(args, dtype=dtype), batch=PersistentBatch)
         w = make_workload(args.num_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)

@@ -21,7 +21,7 @@ from .kvcache import KVCache, plan_kv_pool, check_invariants
 from .sampling import SamplingParams, check_request
 from .scheduler import Scheduler
 from .runner import ModelRunner
-from .parallel import load_sharded, make_runner
+from .parallel import load_sharded, make_runner, ranks_released_on_error
 from .grammar import GrammarCompiler
 
 # %% auto #0
@@ -159,16 +159,18 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
                              fuse=config.fuse_projections, one_row=config.gemv, pack=config.pack_weights)
     else: model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv, config.pack_weights)
     model.dtype_reason = why
-    tokenizer = tokenizer or Tokenizer.from_dir(path)
-    return model, tokenizer, stop_ids_for(path, model, tokenizer)
+    with ranks_released_on_error(model):
+        tokenizer = tokenizer or Tokenizer.from_dir(path)
+        return model, tokenizer, stop_ids_for(path, model, tokenizer)
 
 def make_cache(model: CausalLM, config: EngineConfig) -> KVCache:
     "Plan the KV pool for `model` under `config` (`KVPoolPlan`, Day 10) and allocate it: the first memory decision of a boot."
     cfg = model.config
     max_len = config.max_model_len or min(cfg.max_model_len, 2048)
     if max_len > cfg.max_model_len: raise ConfigError(f"max_model_len={max_len} exceeds the model's context of {cfg.max_model_len}")
+    tp = getattr(model, 'tensor_parallel', None)       # Day 19: a rank plans its share of the budget, for the blocks one process would have
     plan = plan_kv_pool(cfg, dtype_name(model.dtype), config.device, config.block_size, max_len, config.max_batch_size, weight_bytes(model),
-                        config.kv_cache_gb, config.num_kv_blocks)
+                        config.kv_cache_gb, config.num_kv_blocks, share=tp.world if tp else 1)
     return KVCache(cfg, plan, config.max_batch_size, max_len, prefix_caching=config.prefix_cache)
 
 class Engine:
@@ -214,9 +216,9 @@ class Engine:
         "A part of the engine outside its thread that died (Day 19: a tensor-parallel worker): the engine cannot step, and says why."
         return self.runner.fault
 
-    def close(self):
-        "Release what the engine holds outside this process (Day 19: stop the other ranks); the engine cannot step after it."
-        self.runner.close()
+    def close(self, kill: bool = False):
+        "Release what the engine holds outside this process (Day 19: stop the other ranks, or `kill` them when a step may still be running); the engine cannot step after it."
+        self.runner.close(kill)
 
     @classmethod
     def assemble(cls, model: CausalLM, tokenizer: Tokenizer, cache: KVCache, config: EngineConfig, stop_ids: set[int], decode_path=None,
@@ -234,8 +236,9 @@ class Engine:
             raise ConfigError(f"{' and '.join(config.capture_flags + ('compile',) * config.compile)}: Engine.build assembles the eager engine "
                               "only; nanoserve.launch.build_engine (Day 56) compiles the layers and builds the decode path")
         model, tokenizer, stop = load_parts(model, tokenizer, config)
-        cache = make_cache(model, config)
-        return cls.assemble(model, tokenizer, cache, config, stop, decode_path and decode_path(model, cache), batch)
+        with ranks_released_on_error(model):          # Day 19: a build that fails after the shards loaded leaves no worker waiting
+            cache = make_cache(model, config)
+            return cls.assemble(model, tokenizer, cache, config, stop, decode_path and decode_path(model, cache), batch)
 
 # %% ../nbs/20_engine.ipynb #c5dcc411
 @patch

@@ -56,7 +56,7 @@ def available_ram() -> int:
 
 def plan_kv_pool(cfg: ModelConfig, dtype='float32', device='cpu', block_size: int = 16, max_model_len: int = 2048,
                  max_batch_size: int = 32, weight_bytes: int = 0, kv_cache_gb: float | None = None,
-                 num_blocks: int | None = None, ram_fraction: float = 0.25, ram_cap_gb: float = 4.0) -> KVPoolPlan:
+                 num_blocks: int | None = None, ram_fraction: float = 0.25, ram_cap_gb: float = 4.0, share: int = 1) -> KVPoolPlan:
     "Size the KV pool; see the notebook for the order of precedence."
     per_block = kv_bytes_per_token(cfg, dtype) * block_size
     min_blocks, max_blocks = math.ceil(max_model_len / block_size), max_batch_size * math.ceil(max_model_len / block_size)
@@ -68,6 +68,7 @@ def plan_kv_pool(cfg: ModelConfig, dtype='float32', device='cpu', block_size: in
             budget, source = int(kv_cache_gb * 2**30), 'kv_cache_gb'
         elif dev.type == 'cuda': budget, source = int(torch.cuda.mem_get_info(dev)[0] * 0.9), 'cuda_free'
         else: budget, source = int(min(available_ram() * ram_fraction, ram_cap_gb * 2**30)), 'ram_fraction'
+        budget //= share          # Day 19: split across `share` ranks, each holding 1/share of every block (cfg is the rank's): the blocks one process would get
         n = min(budget // per_block, max_blocks)
     if n < min_blocks:
         raise ConfigError(f"the KV pool would hold {n} blocks ({n * block_size} tokens), fewer than one request of "

@@ -12,6 +12,7 @@ from .core import ConfigError, human_bytes, dtype_name
 from .weights import weight_bytes
 from .kvcache import KVCache, available_ram
 from .engine import Engine, EngineConfig, load_parts, make_cache
+from .parallel import ranks_released_on_error
 from .async_engine import AsyncEngine
 from .serve import health_payload, serve_engine
 from .compile import compile_layers
@@ -116,26 +117,27 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
     recorder, boot, t = recorder_for(config) if config.capture_decode else None, Boot(), [time.perf_counter()]
     def lap(stage): now = time.perf_counter(); boot.seconds[stage] = round(now - t[0], 3); t[0] = now
     model, tokenizer, stop = load_parts(model, tokenizer, config)
-    if config.compile: compile_layers(model)
-    lap('load')
-    boot.probes['kv_pool'] = free_bytes(config.device)
-    cache = make_cache(model, config); lap('kv_pool')
-    decode_path = None
-    if config.capture_flags:
-        if config.capture_decode:
-            boot.probes['capture'], boot.reserved_bytes = free_bytes(config.device), pool_reserved_bytes(cache)
-            boot.plan = plan_capture(model.config, config.max_batch_size, cache.max_model_len, config.capture_limit, config.warm_width,
-                                     config.warm_rows, boot.probes['capture'], boot.reserved_bytes, dtype_name(model.dtype))
-            check_capture_matches_cache(boot.plan, cache)
-        boot.recorder = recorder                                      # None with capture off: that decode path records nothing
-        decode_path = CapturedDecode(model, cache, recorder and make_recorder(recorder, limit=config.capture_limit), boot.plan.shapes if boot.plan else None,
-                                     prefix_rule=config.capture_prefix_rule, bucket=config.bucket_decode, persist=config.persist_inputs,
-                                     capture=config.capture_decode)
-        lap('capture_plan')
-    engine = Engine.assemble(model, tokenizer, cache, config, stop, decode_path, batch() if config.uses_persistent_batch else None)
-    engine.boot = boot
-    if boot.plan is not None and config.warm: warm_engine(engine)
-    return engine
+    with ranks_released_on_error(model):                              # Day 19: a boot that fails after the shards loaded leaves no worker waiting
+        if config.compile: compile_layers(model)
+        lap('load')
+        boot.probes['kv_pool'] = free_bytes(config.device)
+        cache = make_cache(model, config); lap('kv_pool')
+        decode_path = None
+        if config.capture_flags:
+            if config.capture_decode:
+                boot.probes['capture'], boot.reserved_bytes = free_bytes(config.device), pool_reserved_bytes(cache)
+                boot.plan = plan_capture(model.config, config.max_batch_size, cache.max_model_len, config.capture_limit, config.warm_width,
+                                         config.warm_rows, boot.probes['capture'], boot.reserved_bytes, dtype_name(model.dtype))
+                check_capture_matches_cache(boot.plan, cache)
+            boot.recorder = recorder                                      # None with capture off: that decode path records nothing
+            decode_path = CapturedDecode(model, cache, recorder and make_recorder(recorder, limit=config.capture_limit), boot.plan.shapes if boot.plan else None,
+                                         prefix_rule=config.capture_prefix_rule, bucket=config.bucket_decode, persist=config.persist_inputs,
+                                         capture=config.capture_decode)
+            lap('capture_plan')
+        engine = Engine.assemble(model, tokenizer, cache, config, stop, decode_path, batch() if config.uses_persistent_batch else None)
+        engine.boot = boot
+        if boot.plan is not None and config.warm: warm_engine(engine)
+        return engine
 
 # %% ../nbs/56_launch.ipynb #369cc351
 def check_warm_before_serving(engine: Engine):

@@ -5,6 +5,7 @@
 # %% ../nbs/19_parallel.ipynb #656d5ab8
 from __future__ import annotations
 import datetime, json, os, signal, subprocess, sys, threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace, fields
 from pathlib import Path
 import torch
@@ -17,16 +18,17 @@ from .model import CausalLM
 from .weights import load_weights, weight_bytes
 from .fast import speed_up
 from .kvcache import KVCache, KVPoolPlan
-from .attention import SeqChunk, build_metadata
+from .attention import SeqChunk, build_metadata, INVARIANT_BLOCK
 from .runner import ModelRunner
 from .scheduler import SchedulerOutput, ModelRunnerOutput
 
 # %% auto #0
-__all__ = ['COLUMN_PARALLEL', 'ROW_PARALLEL', 'VOCAB_PARALLEL', 'STEP_TIMEOUT', 'WORKER_MAIN', 'STEP', 'STOP', 'LOAD_KEYS',
-           'tensor_parallel_sizes', 'check_tensor_parallel_size', 'shard_config', 'Shard', 'shard_of', 'read_shard',
-           'all_reduce_sum', 'SumOverRanks', 'VocabParallelEmbedding', 'GatherVocab', 'WorkerDied', 'TensorParallel',
-           'rank_from_env', 'worker_threads', 'start_group', 'close_group', 'load_shard', 'load_sharded',
-           'ShardedRunner', 'make_runner', 'tensor_parallel_info', 'serve_rank', 'worker_main']
+__all__ = ['COLUMN_PARALLEL', 'ROW_PARALLEL', 'VOCAB_PARALLEL', 'STEP_TIMEOUT', 'IDLE', 'WORKER_MAIN', 'STEP', 'STOP',
+           'LOAD_KEYS', 'tensor_parallel_sizes', 'check_tensor_parallel_size', 'shard_config', 'Shard', 'shard_of',
+           'read_shard', 'all_reduce_sum', 'SumOverRanks', 'VocabParallelEmbedding', 'GatherVocab', 'WorkerDied',
+           'TensorParallel', 'rank_from_env', 'worker_threads', 'start_group', 'close_group', 'load_shard',
+           'load_sharded', 'gather_sizes', 'ranks_released_on_error', 'ShardedRunner', 'make_runner',
+           'tensor_parallel_info', 'serve_rank', 'worker_main']
 
 # %% ../nbs/19_parallel.ipynb #f537cb94
 def tensor_parallel_sizes(cfg: ModelConfig) -> list[int]:
@@ -86,49 +88,50 @@ def read_shard(h, name: str, s: Shard) -> torch.Tensor:
     return t
 
 # %% ../nbs/19_parallel.ipynb #b8062def
-def all_reduce_sum(x: torch.Tensor, group) -> torch.Tensor:
-    "`x` summed over the ranks of `group`, added in float32 and rounded once to `x`'s dtype."
+def all_reduce_sum(x: torch.Tensor, tp) -> torch.Tensor:
+    "`x` summed over the ranks of `tp` (a `TensorParallel`, below), added in float32 and rounded once to `x`'s dtype."
     y = x.float().contiguous()
-    dist.all_reduce(y, group=group)
+    dist.all_reduce(y, group=tp.step)
     return y.to(x.dtype)
 
 class SumOverRanks(nn.Module):
     "A block whose output is a partial sum on each rank (attention after its row-split o_proj, the MLP after down_proj), summed over the ranks."
-    def __init__(self, block: nn.Module, group):
+    def __init__(self, block: nn.Module, tp):
         super().__init__()
-        self.block, self.group = block, group
-    def forward(self, *args): return all_reduce_sum(self.block(*args), self.group)
+        self.block, self.tp = block, tp
+    def forward(self, *args): return all_reduce_sum(self.block(*args), self.tp)
 
 class VocabParallelEmbedding(nn.Module):
     "An embedding holding the rows of token ids [start, start + rows): a token outside them embeds to zeros here, and the sum over the ranks is its row."
-    def __init__(self, rows: int, hidden: int, start: int, group):
+    def __init__(self, rows: int, hidden: int, start: int, tp):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(rows, hidden), requires_grad=False)   # [rows, hidden]
-        self.start, self.group = start, group
+        self.start, self.tp = start, tp
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         local = ids - self.start
         outside = (local < 0) | (local >= self.weight.shape[0])
         x = F.embedding(local.masked_fill(outside, 0), self.weight).masked_fill(outside[:, None], 0)
-        return all_reduce_sum(x, self.group)
+        return all_reduce_sum(x, self.tp)
 
 class GatherVocab(nn.Module):
     "The LM head over this rank's vocabulary rows; every rank's logits gathered and laid side by side into the whole vocabulary."
-    def __init__(self, head: nn.Module, vocab_size: int, group):
+    def __init__(self, head: nn.Module, vocab_size: int, tp):
         super().__init__()
-        self.head, self.vocab_size, self.group = head, vocab_size, group
+        self.head, self.vocab_size, self.tp = head, vocab_size, tp
     @property
     def weight(self) -> torch.Tensor: return self.head.weight       # CausalLM reads its dtype and device here
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         part = self.head(hidden).float().contiguous()                # [rows, vocab / world]
-        parts = [torch.empty_like(part) for _ in range(self.group.size())]
-        dist.all_gather(parts, part, group=self.group)
+        parts = [torch.empty_like(part) for _ in range(self.tp.world)]
+        dist.all_gather(parts, part, group=self.tp.step)
         return torch.cat(parts, -1)[:, :self.vocab_size]             # the last rank's padding rows dropped
 
 # %% ../nbs/19_parallel.ipynb #9264e243
 class WorkerDied(NanoserveError, RuntimeError):
     "A tensor-parallel rank died or failed: the engine cannot step without its shard."
 
-STEP_TIMEOUT = 300.0      # seconds a collective inside a step may wait for a rank that is alive but stuck (a dead one fails at once)
+STEP_TIMEOUT = float(os.environ.get('NANOSERVE_TP_STEP_TIMEOUT', 300))   # seconds any exchange of a step may wait for a rank that is alive but stuck (a dead one fails at once)
+IDLE = 365 * 86400.0      # seconds a worker waits for rank 0's next command: as long as the server idles
 
 def _gloo(store, prefix: str, rank: int, world: int, seconds: float):
     return dist.ProcessGroupGloo(dist.PrefixStore(f'nanoserve/{prefix}', store), rank, world, datetime.timedelta(seconds=seconds))
@@ -141,6 +144,7 @@ class TensorParallel:
     step: object                                      # a gloo process group: the all-reduces and the gather inside a forward
     command: object                                   # a gloo process group: rank 0's broadcasts of what to run
     workers: list = field(default_factory=list)       # rank 0 on one machine: the worker processes it started (rank i+1 at i)
+    weight_bytes: list = field(default_factory=list)  # each rank's parameter bytes, gathered once every rank has loaded
     fault: BaseException | None = None                # set when a worker is seen dead; the engine refuses to step
     closed: bool = False
     store: object = None
@@ -154,11 +158,11 @@ class TensorParallel:
             agent = os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True'
             store = dist.TCPStore(addr, port, world, is_master=rank == 0 and not agent, timeout=datetime.timedelta(seconds=timeout),
                                   wait_for_workers=False)
-        return cls(rank, world, _gloo(store, 'step', rank, world, STEP_TIMEOUT), _gloo(store, 'command', rank, world, 365 * 86400), store=store)
+        return cls(rank, world, _gloo(store, 'step', rank, world, STEP_TIMEOUT), _gloo(store, 'command', rank, world, IDLE), store=store)
 
-    def broadcast(self, t: torch.Tensor) -> torch.Tensor:
-        "Rank 0's `t` on every rank (in place), over the command group."
-        opts = dist.BroadcastOptions(); opts.rootRank = 0
+    def broadcast(self, t: torch.Tensor, seconds: float = STEP_TIMEOUT) -> torch.Tensor:
+        "Rank 0's `t` on every rank (in place), over the command group; failing after `seconds` (only a worker's wait for the next command is long)."
+        opts = dist.BroadcastOptions(); opts.rootRank = 0; opts.timeout = datetime.timedelta(seconds=seconds)
         self.command.broadcast([t], opts).wait()           # the group's own call: the functional form wants a group registered globally
         return t
 
@@ -223,11 +227,12 @@ def close_group(tp: TensorParallel, timeout: float = 30.0, kill: bool = False):
     "Rank 0: tell the workers to stop (or `kill` them: after a failed load they are not listening), wait for them (killing any that outlive `timeout`), drop the groups. Safe to call twice."
     if tp.closed: return
     tp.closed = True
+    kill = kill or tp.fault is not None                            # after a fault the survivors may sit in a collective that never completes
     for p in tp.workers if kill else ():
         if p.poll() is None: p.kill()
-    if tp.fault is None and not kill:
-        try: tp.broadcast(torch.tensor([STOP, 0, 0, 0, 0, 0]))
-        except RuntimeError: pass                                  # a worker is already gone: it cannot be told
+    if not kill:
+        try: tp.broadcast(torch.tensor([STOP, 0, 0, 0, 0, 0]), seconds=min(STEP_TIMEOUT, 30.0))
+        except RuntimeError: pass                                  # a worker is gone or stuck: waited on, then killed, below
     for p in tp.workers:
         try: p.wait(timeout)
         except subprocess.TimeoutExpired: p.kill(); p.wait()
@@ -244,15 +249,15 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
     with torch.device('meta'):
         whole = CausalLM(full, max_positions)                                # the checkpoint's shapes, to check it as Day 03 does
         model = CausalLM(cfg, max_positions)                                 # this rank's heads and MLP columns
-        model.model.embed_tokens = VocabParallelEmbedding(per, full.hidden_size, tp.rank * per, tp.step)
+        model.model.embed_tokens = VocabParallelEmbedding(per, full.hidden_size, tp.rank * per, tp)
         model.lm_head = nn.Linear(full.hidden_size, per, bias=False)
     tied = {'lm_head.weight': 'model.embed_tokens.weight'} if full.tie_word_embeddings else {}
     model.load_report = load_weights(model, path, dtype, device, tied, expected={n: tuple(p.shape) for n, p in whole.named_parameters() if n not in tied},
                                      read=lambda h, name, info: read_shard(h, name, shard_of(name, info.shape, tp.rank, tp.world)))
     model.rotary.to(device)
     model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack)
-    for layer in model.model.layers: layer.self_attn, layer.mlp = SumOverRanks(layer.self_attn, tp.step), SumOverRanks(layer.mlp, tp.step)
-    model.lm_head = GatherVocab(model.lm_head, full.vocab_size, tp.step)
+    for layer in model.model.layers: layer.self_attn, layer.mlp = SumOverRanks(layer.self_attn, tp), SumOverRanks(layer.mlp, tp)
+    model.lm_head = GatherVocab(model.lm_head, full.vocab_size, tp)
     model.tensor_parallel = tp
     return model
 
@@ -267,7 +272,7 @@ def load_sharded(path: str | Path, world: int, **kw) -> CausalLM:
     try:
         tp.send_json({'path': str(Path(path).resolve()), **{k: (str(v) if k == 'dtype' else v) for k, v in kw.items()}})
         model = load_shard(path, tp, **kw)
-        ok = tp.broadcast(torch.zeros(1, dtype=torch.int64))                  # a barrier: every rank has loaded
+        tp.weight_bytes = gather_sizes(tp, weight_bytes(model))               # a barrier too: every rank has loaded
     except BaseException as e:
         if tp.fault is not None or isinstance(e, RuntimeError): _wait_for_fault(tp)
         close_group(tp, kill=True)
@@ -275,7 +280,21 @@ def load_sharded(path: str | Path, world: int, **kw) -> CausalLM:
         raise
     return model
 
-def _wait_for_fault(tp: TensorParallel, timeout: float = 30.0):
+def gather_sizes(tp: TensorParallel, n: int) -> list[int]:
+    "Every rank's `n`, in rank order (each rank calls it)."
+    parts = [torch.zeros(1, dtype=torch.int64) for _ in range(tp.world)]
+    dist.all_gather(parts, torch.tensor([n]), group=tp.step)
+    return [int(p) for p in parts]
+
+@contextmanager
+def ranks_released_on_error(model: CausalLM):
+    "Kill the other ranks if what follows fails: a build that fails after the shards loaded (a pool too small, a bad tokenizer) leaves no worker waiting."
+    try: yield model
+    except BaseException:
+        if (tp := getattr(model, 'tensor_parallel', None)) is not None: close_group(tp, kill=True)
+        raise
+
+def _wait_for_fault(tp: TensorParallel, timeout: float = 10.0):
     "After a collective failed: give the watcher threads a moment to see which worker exited, so the error can name it."
     if tp.workers: tp.died.wait(timeout)
 
@@ -283,6 +302,7 @@ def _wait_for_fault(tp: TensorParallel, timeout: float = 30.0):
 def _pack_step(input_ids, positions, chunks: list[SeqChunk], sample_idx: list[int], slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     "A step as a header (what to run, and the lengths) and one int64 payload: token ids, positions, chunks, sampled rows, the slot table's window."
     R, W = (max(c.row for c in chunks) + 1, max(c.context_len for c in chunks)) if chunks else (0, 0)
+    W = min(slots.shape[1], -(-W // INVARIANT_BLOCK) * INVARIANT_BLOCK)     # whole key blocks: the batch-invariant attention reads them
     ch = torch.tensor([[c.row, c.start, c.num_tokens, c.context_len] for c in chunks], dtype=torch.int64).flatten()
     head = torch.tensor([STEP, input_ids.numel(), len(chunks), len(sample_idx), R, W])
     return head, torch.cat([input_ids.cpu(), positions.cpu(), ch, torch.tensor(sample_idx, dtype=torch.int64),
@@ -319,7 +339,7 @@ class ShardedRunner(ModelRunner):
             raise self.tp.fault from e
         return ModelRunnerOutput() if logits is None else self._sample(logits, samplers)
 
-    def close(self): close_group(self.tp)
+    def close(self, kill: bool = False): close_group(self.tp, kill=kill)
 
 # %% ../nbs/19_parallel.ipynb #55a66754
 def make_runner(model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False) -> ModelRunner:
@@ -332,7 +352,7 @@ def tensor_parallel_info(model: CausalLM) -> dict:
     tp = getattr(model, 'tensor_parallel', None)
     if tp is None: return {'size': 1}
     return {'size': tp.world, 'backend': 'gloo', 'launched_by': 'nanoserve' if tp.workers else 'torchrun',
-            'rank0_weight_bytes': weight_bytes(model), 'worker_pids': [p.pid for p in tp.workers]}
+            'weight_bytes': tp.weight_bytes, 'worker_pids': [p.pid for p in tp.workers]}
 
 # %% ../nbs/19_parallel.ipynb #28eeb343
 def serve_rank(tp: TensorParallel) -> int:
@@ -340,14 +360,14 @@ def serve_rank(tp: TensorParallel) -> int:
     setup = tp.recv_json()
     torch.set_num_threads(int(os.environ.get('OMP_NUM_THREADS') or torch.get_num_threads()))
     model = load_shard(setup.pop('path'), tp, **setup)
-    tp.broadcast(torch.zeros(1, dtype=torch.int64))                       # the barrier after loading
+    gather_sizes(tp, weight_bytes(model))                                 # the barrier after loading
     spec = tp.recv_json()
     cache = KVCache(model.config, KVPoolPlan(**spec['plan']), spec['max_batch_size'], spec['max_model_len'])
     runner = ModelRunner(model, cache, batch_invariant=spec['batch_invariant'])
     steps = 0
     with torch.inference_mode():
         while True:
-            head = tp.broadcast(torch.zeros(6, dtype=torch.int64))
+            head = tp.broadcast(torch.zeros(6, dtype=torch.int64), seconds=IDLE)
             if int(head[0]) == STOP: return steps
             _, T, n, S, R, W = head.tolist()
             input_ids, positions, chunks, sample_idx, window = _unpack_step(head, tp.broadcast(torch.empty(2 * T + 4 * n + S + R * W, dtype=torch.int64)))

@@ -30,8 +30,8 @@ class ModelRunner:
         "A part this runner needs that died outside the engine's thread (Day 19: a tensor-parallel worker); None here, where there is none."
         return None
 
-    def close(self):
-        "Release what the runner holds outside this process (Day 19's worker processes); nothing here."
+    def close(self, kill: bool = False):
+        "Release what the runner holds outside this process (Day 19's worker processes: stopped, or killed); nothing here."
 
     def prepare_inputs(self, out: SchedulerOutput):
         "input_ids [T], positions [T], attention metadata, the flat indices of sampled rows and the requests they sample for."

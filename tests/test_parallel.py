@@ -17,11 +17,14 @@ NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
 PROMPTS = [[5, 6, 7, 8, 9, 10], [100, 200, 33], list(range(40, 110)), [3] * 20]     # the 70-token one is prefilled in chunks below
 
 def children() -> set[int]:
-    "The pids of this process's children (every thread's), from /proc."
+    "The pids of this process's live children, from each process's /proc/PID/stat (its parent is the fourth field)."
     out = set()
-    for t in Path(f'/proc/{os.getpid()}/task').iterdir():
-        try: out |= {int(p) for p in (t/'children').read_text().split()}
-        except OSError: pass
+    for d in Path('/proc').iterdir():
+        if not d.name.isdigit(): continue
+        try: stat = (d/'stat').read_text()
+        except OSError: continue                                           # it exited while we looked
+        fields = stat[stat.rindex(')') + 2:].split()                       # after the command name, which may hold spaces
+        if int(fields[1]) == os.getpid() and fields[0] != 'Z': out.add(int(d.name))
     return out
 
 def tokens(engine, prompts, params):
@@ -68,16 +71,38 @@ def test_sizes_that_do_not_split_are_refused_before_any_process(default_model, t
         assert r.returncode == 2 and fragment in r.stderr, r.stderr
 
 def test_each_rank_holds_half_the_weights_and_kv(tiny):
-    "Rank 0's parameters and KV pool with 2 ranks against one process, the same number of KV blocks (the same tokens) in both."
+    """Every rank's parameters (gathered from the ranks themselves) and the KV pool with 2 ranks against one process, under the same
+    memory budget: the same number of blocks (the same tokens), half the bytes on each rank."""
     path = tiny('llama_attention_bias')
-    one = build_engine(path, dtype='float32', num_kv_blocks=64, max_batch_size=2)
-    two = build_engine(path, dtype='float32', num_kv_blocks=64, max_batch_size=2, tensor_parallel_size=2)
+    kw = dict(dtype='float32', max_batch_size=8, kv_cache_gb=1 / 1024)          # 1 MiB: the budget binds (85 blocks), not the rows (256)
+    one = build_engine(path, **kw)
+    two = build_engine(path, **kw, tensor_parallel_size=2)
     try:
         whole = dict(one.model.named_parameters())
         replicated = sum(p.numel() * 4 for n, p in whole.items() if n.endswith(('norm.weight', 'o_proj.bias', 'down_proj.bias')))
-        assert weight_bytes(two.model) == (weight_bytes(one.model) - replicated) // 2 + replicated      # 320-token vocabulary: no padding
+        half = (weight_bytes(one.model) - replicated) // 2 + replicated           # 320-token vocabulary: no padding
+        assert two.model.tensor_parallel.weight_bytes == [half, half] and weight_bytes(two.model) == half
+        assert one.plan.source == 'kv_cache_gb' and one.plan.num_blocks < 8 * 32
         assert two.plan.num_blocks == one.plan.num_blocks and two.plan.kv_bytes * 2 == one.plan.kv_bytes
         assert two.cache.k.shape[2] * 2 == one.cache.k.shape[2]                                           # its KV heads only
+    finally: two.close()
+
+def test_a_build_that_fails_after_loading_leaves_no_worker(tiny):
+    before = children()
+    with pytest.raises(ConfigError, match='fewer than one request'):
+        Engine.build(tiny('llama_tied_gqa'), dtype='float32', tensor_parallel_size=2, num_kv_blocks=1)     # refused by the pool, after the load
+    assert children() == before
+
+@pytest.mark.parametrize('flags', [dict(batch_invariant=True), dict(prefix_cache=True, max_batch_size=2)])
+def test_two_ranks_equal_one_in_other_modes(peaky, flags):
+    "The batch-invariant path (it reads whole key blocks of the slot table), and shared prefix blocks with preemption (2 rows, 4 requests)."
+    shared = list(range(30, 70))
+    prompts = [shared + [1, 2], shared + [3], shared + [4, 5, 6], [9, 8, 7]]
+    sp = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
+    kw = dict(dtype='float32', max_batch_size=4, num_kv_blocks=40) | flags
+    want = tokens(Engine.build(peaky, **kw), prompts, sp)
+    two = Engine.build(peaky, **kw, tensor_parallel_size=2)
+    try: assert tokens(two, prompts, sp) == want
     finally: two.close()
 
 def completions(url, prompts, **kw):
@@ -138,6 +163,23 @@ def test_worker_killed_while_idle_turns_health_503(peaky):
         assert completions(url, ['hello'], max_tokens=4, temperature=0)
         os.kill(httpx.get(url + '/health').json()['tensor_parallel']['worker_pids'][0], signal.SIGKILL)
         assert 'worker rank 1' in dead_health(url)['error']
+
+def test_stuck_worker_fails_the_step_after_the_timeout(peaky):
+    "A worker that is alive but stopped (SIGSTOP) cannot hang the server: the step fails after NANOSERVE_TP_STEP_TIMEOUT, /health turns 503."
+    with spawn_server(peaky, '--dtype', 'float32', '--served-model-name', 'tiny', '--tensor-parallel-size', '2',
+                      env={'NANOSERVE_TP_STEP_TIMEOUT': '5'}) as (url, _):
+        pid = httpx.get(url + '/health').json()['tensor_parallel']['worker_pids'][0]
+        body = {'model': 'tiny', 'prompt': 'hello', 'max_tokens': 400, 'ignore_eos': True, 'stream': True}
+        events = []
+        try:
+            with httpx.stream('POST', url + '/v1/completions', json=body, timeout=120) as r:
+                for line in r.iter_lines():
+                    if not line.startswith('data: ') or line == 'data: [DONE]': continue
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 3: os.kill(pid, signal.SIGSTOP)
+            assert 'error' in events[-1] and 'Timed out' in events[-1]['error']['message'], events[-1]
+            assert 'timed out' in dead_health(url)['error'].lower()
+        finally: os.kill(pid, signal.SIGCONT)
 
 def test_offline_engine_names_the_dead_worker(peaky):
     engine = Engine.build(peaky, dtype='float32', tensor_parallel_size=2)
