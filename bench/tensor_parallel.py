@@ -6,8 +6,8 @@
 The default model's 3 KV heads split over 1 or 3 ranks only; the second model is SmolLM2-135M's shape (30 layers, hidden 576, MLP 1536,
 vocabulary 49152) with 12 query heads over 6 KV heads, random weights (nanoserve.tiny), so that 2 ranks can be measured too.
 Each run: `build_engine` with --tensor-parallel-size N (the workers started here, the cores split evenly between the ranks), the same
-workload (8 requests, 64-token prompts, 64 output tokens, greedy, ignore_eos), then the engine closed. Memory: rank 0's parameter bytes
-and KV pool bytes (the same 256 blocks in every run) and each rank's resident memory. Writes OUT/tensor_parallel.csv and .txt.
+workload (8 requests, 64-token prompts, 64 output tokens, greedy, ignore_eos), then the engine closed. Memory: every rank's parameter bytes
+(gathered from the ranks), the KV pool bytes of one rank (the same 256 blocks in every run) and each rank's resident memory. Writes OUT/tensor_parallel.csv and .txt.
 """
 import argparse, os, subprocess, sys, tempfile
 from pathlib import Path
@@ -33,7 +33,8 @@ def run(label: str, path, world: int, args) -> dict:
         workers = [rss(p.pid) for p in tp.workers] if tp else []
         return {'model': label, 'ranks': world, 'dtype': str(engine.model.dtype).removeprefix('torch.'), 'threads_per_rank': torch.get_num_threads(),
                 'output_tok_s': round(r.output_tok_s, 1), 'step_ms_p50': round(r.step_ms_p50, 1),
-                'rank0_weight_mib': round(weight_bytes(engine.model) / 2**20, 1), 'rank0_kv_mib': round(engine.plan.kv_bytes / 2**20, 1),
+                'rank0_weight_mib': round(weight_bytes(engine.model) / 2**20, 1),
+                'rank_weight_mib': ' '.join(f'{b / 2**20:.1f}' for b in tp.weight_bytes) if tp else f'{weight_bytes(engine.model) / 2**20:.1f}', 'rank0_kv_mib': round(engine.plan.kv_bytes / 2**20, 1),
                 'worker_rss_mib': ' '.join(str(round(b / 2**20)) for b in workers), 'machine': machine()}
     finally: engine.close()
 
@@ -98,10 +99,10 @@ def main():
     base = round(baseline_rss() / 2**20)
     out = Path(args.out); write_csv(rows, out/'tensor_parallel.csv'); write_csv([{**l, 'machine': machine()} for l in lat], out/'tensor_parallel_allreduce.csv')
     lines = [f"machine: {machine()}; {args.num_requests} requests x {args.prompt_len}-token prompts x {args.output_len} output tokens, greedy",
-             f"{'model':<34}{'ranks':>6}{'dtype':>10}{'threads':>8}{'out tok/s':>11}{'step p50 ms':>13}{'weights MiB':>13}{'KV MiB':>8}{'worker RSS MiB':>16}"]
+             f"{'model':<34}{'ranks':>6}{'dtype':>10}{'threads':>8}{'out tok/s':>11}{'step p50 ms':>13}{'weights MiB per rank':>22}{'KV MiB':>8}{'worker RSS MiB':>16}"]
     for r in rows:
         lines.append(f"{r['model']:<34}{r['ranks']:>6}{r['dtype']:>10}{r['threads_per_rank']:>8}{r['output_tok_s']:>11.1f}{r['step_ms_p50']:>13.1f}"
-                     f"{r['rank0_weight_mib']:>13.1f}{r['rank0_kv_mib']:>8.1f}{r['worker_rss_mib'] or '-':>16}")
+                     f"{r['rank_weight_mib']:>22}{r['rank0_kv_mib']:>8.1f}{r['worker_rss_mib'] or '-':>16}")
     lines.append(f"a process with nanoserve imported and no model: {base} MiB resident (the rest of a worker's RSS is its shard, KV pool and buffers)")
     for l in lat: lines.append(f"all-reduce of [8, 576] float32 between {l['ranks']} processes, 1 thread each: p50 {l['allreduce_us_p50']} us, "
                                f"p90 {l['allreduce_us_p90']} us, mean {l['allreduce_us_mean']} us (a step has 2 per layer + 1 gather: 61 here)")
