@@ -115,7 +115,8 @@ def cmd_generate(args) -> int:
         except TypeError as e: raise RequestError(f"{label[:40]!r}: {e}") from None
     from nanoserve.batch import PersistentBatch
     config = config_from_args(args)                                          # validated before the model loads
-    engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), config, batch=PersistentBatch)
+    from nanoserve.quant import quantize_model
+    engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), config, batch=PersistentBatch, quantize=quantize_model)
     try: outs = engine.generate([p for p, _, _ in items], params, use_tqdm=len(items) > 1 and sys.stderr.isatty())
     finally: engine.close()                                                   # --tensor-parallel-size: the other ranks stop
     for (_, _, label), o in zip(items, outs):
@@ -143,6 +144,7 @@ def cmd_bench(args) -> int:
     from nanoserve.pull import resolve_model
     from nanoserve.launch import build_engine, config_from_args
     from nanoserve.batch import PersistentBatch
+    from nanoserve.quant import quantize_model
     from nanoserve.core import RequestError
     try: lo, hi = map(int, args.prompt_len.split(':'))
     except ValueError: raise RequestError(f"--prompt-len must be MIN:MAX, got {args.prompt_len!r}") from None
@@ -152,16 +154,16 @@ def cmd_bench(args) -> int:
     if args.tensor_parallel_size > 1 and args.batch1_requests and rank_from_env() is not None:
         raise ConfigError("under torchrun, bench offline can build its split engine once: add --batch1-requests 0 (the batch-1 run needs a second one)")
     for dtype in args.dtypes.split(','):
-        engine = build_engine(path, config_from_args(args, dtype=dtype), batch=PersistentBatch)
+        engine = build_engine(path, config_from_args(args, dtype=dtype), batch=PersistentBatch, quantize=quantize_model)
         w = make_workload(args.num_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
         ceil = ceilings(engine.model, args.max_batch_size)
-        r = asdict(run_nanoserve(engine, w)); r.update(ceil, gemm_ceiling_share=r['output_tok_s'] / ceil['gemm_ceiling_tok_s']); rows.append(r)
+        r = asdict(run_nanoserve(engine, w)); r.update(quantization=args.quantization); r.update(ceil, gemm_ceiling_share=r['output_tok_s'] / ceil['gemm_ceiling_tok_s']); rows.append(r)
         if args.batch1_requests:
             if sharded := args.tensor_parallel_size > 1: engine.close()          # the ranks serve one engine at a time: split the model again
             one = build_engine(path if sharded else engine.model, config_from_args(args, dtype=dtype, max_batch_size=1),
-                               None if sharded else engine.tokenizer, batch=PersistentBatch)
+                               None if sharded else engine.tokenizer, batch=PersistentBatch, quantize=quantize_model)
             w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
-            r1 = asdict(run_nanoserve(one, w1)); r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
+            r1 = asdict(run_nanoserve(one, w1)); r1.update(quantization=args.quantization); r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
             rows.append(r1); one.close()
         engine.close()
         if args.compare_transformers or args.compare_vllm: engine = one = None     # free the model before a peer loads its own
@@ -187,7 +189,8 @@ def cmd_bench(args) -> int:
 def cmd_serve(args) -> int:
     from nanoserve.launch import serve
     from nanoserve.batch import PersistentBatch
-    return serve(args, batch=PersistentBatch)
+    from nanoserve.quant import quantize_model
+    return serve(args, batch=PersistentBatch, quantize=quantize_model)
 
 COMMANDS = {'pull': cmd_pull, 'generate': cmd_generate, 'bench': cmd_bench, 'serve': cmd_serve}
 

@@ -61,6 +61,9 @@ class EngineConfig:
     gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
     pack_weights: bool = _flag(True, "linear weights reordered once for oneDNN (Day 06; CPU, float32 and bfloat16; a second copy of the weights)")
     prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed (Day 9); --no-prefix-cache computes every prompt whole")
+    quantization: str = _flag('none', "none, int8 (one scale per output channel) or int4 (a scale and zero per --quant-group-size inputs): the decoder "
+                              "layers' weights quantized at load (Day 60; CPU); activations in bfloat16")
+    quant_group_size: int | None = _flag(None, 'inputs per int4 group: 32, 64, 128 or 256 (default: the largest of 128, 64, 32 that divides every layer)')
     tensor_parallel_size: int = _flag(1, "processes the model is split across (Day 19): each holds 1/N of the heads, MLP columns, vocabulary "
                                       "and KV pool; gloo on CPU; the others start here, or under torchrun on several machines")
 
@@ -91,6 +94,14 @@ class EngineConfig:
         if (self.warm_rows or self.warm_width) and not self.capture_decode:
             raise ConfigError("warm_rows and warm_width bound the capture plan, and capture is off: add --cuda-graphs (capture_decode with "
                               "bucket_decode and persist_inputs), or drop them")
+        if self.quantization not in ('none', 'int8', 'int4'):
+            raise ConfigError(f"quantization (--quantization) must be none, int8 or int4, got {self.quantization!r}")
+        if self.quant_group_size not in (None, 32, 64, 128, 256):
+            raise ConfigError(f"quant_group_size (--quant-group-size) must be 32, 64, 128 or 256 (what the CPU int4 kernel takes), got {self.quant_group_size!r}")
+        if self.quantization != 'none' and dev.type != 'cpu':
+            raise ConfigError(f"--quantization {self.quantization} runs PyTorch's CPU kernels in this version: use --device cpu")
+        if self.quantization != 'none' and self.tensor_parallel_size > 1:
+            raise ConfigError("--quantization with --tensor-parallel-size is not built yet (each rank would quantize its shard): choose one")
         if self.tensor_parallel_size > 1 and dev.type != 'cpu':
             raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} on {self.device}: tensor parallelism runs on CPU over gloo in this "
                               "version (nccl on CUDA is not built yet); use --device cpu, or --tensor-parallel-size 1")
@@ -232,6 +243,9 @@ class Engine:
               decode_path=None, batch=None, **kw) -> Engine:
         "The eager engine for a model directory (or a loaded model and its tokenizer); `kw` overrides `config` fields."
         config = replace(config or EngineConfig(), **kw)
+        if config.quantization != 'none' and getattr(model, 'quantization', 'none') != config.quantization:
+            raise ConfigError(f"--quantization {config.quantization}: Engine.build assembles the eager engine only; nanoserve.launch.build_engine "
+                              "quantizes at load when handed Day 60's nanoserve.quant.quantize_model (the nanoserve command does)")
         if config.capture_flags and decode_path is None or config.compile and not isinstance(model, CausalLM):   # refused before loading
             raise ConfigError(f"{' and '.join(config.capture_flags + ('compile',) * config.compile)}: Engine.build assembles the eager engine "
                               "only; nanoserve.launch.build_engine (Day 56) compiles the layers and builds the decode path")

@@ -108,16 +108,20 @@ def pool_residency(num_blocks: int = 364) -> dict:
     return {'kv_bytes': plan.kv_bytes, 'rss_allocated': r1 - r0, 'rss_written': r2 - r0, 'free_drop_allocated': a0 - a1, 'free_drop_written': a0 - a2}
 
 # %% ../nbs/56_launch.ipynb #0a71934b
-def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batch=None, **kw) -> Engine:
+def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batch=None, quantize=None, **kw) -> Engine:
     "An engine for a model directory (or loaded model) from an EngineConfig: load, plan the KV pool, plan the capture, decode path, warm."
     config = check_capture_settings(replace(config or EngineConfig(), **kw))     # refused here, before anything loads
     if config.uses_persistent_batch and batch is None:
         raise ConfigError("persistent_batch (on by default with --cuda-graphs) needs Day 58's part: pass batch=nanoserve.batch.PersistentBatch "
                           "(the nanoserve command does), or persistent_batch=False (--no-persistent-batch)")
+    if config.quantization != 'none' and quantize is None and getattr(model, 'quantization', 'none') != config.quantization:
+        raise ConfigError(f"--quantization {config.quantization} needs Day 60's part: pass quantize=nanoserve.quant.quantize_model (the nanoserve "
+                          "command does)")
     recorder, boot, t = recorder_for(config) if config.capture_decode else None, Boot(), [time.perf_counter()]
     def lap(stage): now = time.perf_counter(); boot.seconds[stage] = round(now - t[0], 3); t[0] = now
     model, tokenizer, stop = load_parts(model, tokenizer, config)
     with ranks_released_on_error(model):                              # Day 19: a boot that fails after the shards loaded leaves no worker waiting
+        if config.quantization != getattr(model, 'quantization', 'none'): quantize(model, config.quantization, config.quant_group_size)
         if config.compile: compile_layers(model)
         lap('load')
         boot.probes['kv_pool'] = free_bytes(config.device)
@@ -210,7 +214,9 @@ def check_boot_info(info: dict, engine: Engine):
 def boot_lines(engine: Engine, model_name: str) -> list[str]:
     "What `nanoserve serve` prints at boot: the model, the memory plan, the capture plan and who bound its width, the stages' seconds."
     cfg, b = engine.model.config, engine.boot or Boot()
-    lines = [f"model: {model_name} ({cfg.architecture}, {human_bytes(weight_bytes(engine.model))} {dtype_name(engine.model.dtype)} ({engine.model.dtype_reason}), "
+    q = getattr(engine.model, 'quantization', 'none')
+    lines = [f"model: {model_name} ({cfg.architecture}, {human_bytes(weight_bytes(engine.model))} {dtype_name(engine.model.dtype)} ({engine.model.dtype_reason})"
+             f"{'' if q == 'none' else f', decoder weights {q}'}, "
              f"max_model_len {engine.max_model_len}) on {engine.model.device}", engine.plan.describe()]
     if b.plan is not None:
         lines.append(f"{b.plan.describe()}; recorder {b.recorder} (limit {b.plan.limit})")
@@ -226,20 +232,21 @@ def boot_lines(engine: Engine, model_name: str) -> list[str]:
 
 # %% ../nbs/56_launch.ipynb #48f42a5d
 def build_app(model: str | None = None, config: EngineConfig | None = None, served_model_name: str | None = None, api_key: str | None = None,
-              max_waiting: int | None = None, max_tokens_default: int = 16, log=print, batch=None, **kw):
+              max_waiting: int | None = None, max_tokens_default: int = 16, log=print, batch=None, quantize=None, **kw):
     "Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, async_engine)."
     from nanoserve.pull import resolve_model
     path = resolve_model(model, log=log)
     config = check_capture_settings(replace(config or EngineConfig(), **kw))
-    if config.uses_persistent_batch and batch is None: build_engine(path, config)     # refused here, on this thread, before anything loads
-    aeng = AsyncEngine(build=lambda: build_engine(path, config, batch=batch))      # built, planned and warmed on the thread that will step it
+    if config.uses_persistent_batch and batch is None or config.quantization != 'none' and quantize is None:
+        build_engine(path, config, batch=batch, quantize=quantize)                   # refused here, on this thread, before anything loads
+    aeng = AsyncEngine(build=lambda: build_engine(path, config, batch=batch, quantize=quantize))      # built, planned and warmed on the thread that will step it
     name = served_model_name or Path(path).name
     info = boot_info(aeng.engine, name)
     try: check_boot_info(info, aeng.engine)
     except BootUnsound: aeng.shutdown(); raise
     return serve_engine(aeng, name, info, api_key, max_waiting, max_tokens_default)
 
-def serve(args, batch=None) -> int:
+def serve(args, batch=None, quantize=None) -> int:
     "The `nanoserve serve` command: boot, print what was built, serve with uvicorn; `batch`: Day 58's part (the command line passes it)."
     import uvicorn
     from nanoserve.pull import resolve_model
@@ -247,7 +254,7 @@ def serve(args, batch=None) -> int:
     config = config_from_args(args)                                     # refused here, before anything loads
     path = resolve_model(args.model, log=log)
     name = args.served_model_name or Path(path).name
-    app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log, batch=batch)
+    app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log, batch=batch, quantize=quantize)
     for line in boot_lines(aeng.engine, name): log(line)
     try:
         sock = socket.create_server((args.host, args.port))       # bound here, so that --port 0 can say which port the OS chose

@@ -1,0 +1,80 @@
+"""Day 60, quantized weights: each layer against its float reference within a bound derived from the quantization step, a tiny model end to
+end in each mode (offline and through the server, with its resident weight bytes on /health), the default model answering "Paris" in each
+mode, and the refusals."""
+import json, subprocess, sys
+from pathlib import Path
+import httpx, openai, pytest, torch
+from nanoserve.core import ConfigError
+from nanoserve.engine import Engine
+from nanoserve.launch import build_engine
+from nanoserve.loadgen import spawn_server
+from nanoserve.quant import (Int8Linear, Int4Linear, quantize_int8, dequantize_int8, quantize_int4, dequantize_int4, quantize_model,
+                             group_size_for)
+from nanoserve.sampling import SamplingParams
+from nanoserve.weights import weight_bytes
+
+NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
+
+@pytest.mark.parametrize('rows', [1, 7, 32])
+@pytest.mark.parametrize('group', [32, 64, 128])
+@pytest.mark.parametrize('act', [torch.float32, torch.bfloat16])
+def test_layers_against_float_reference(rows, group, act):
+    """|y - x Wᵀ| <= Σ_k |x_k| · step_ik / 2 (each weight is off by at most half its step) + 2⁻⁷ · (|x| |W|ᵀ + |y|) (bfloat16 rounding of the
+    activations, of the scales and of the result): the bound a weight-only quantized product can promise, checked element by element."""
+    g = torch.Generator().manual_seed(rows * 1000 + group)
+    w = torch.randn(48, 256, generator=g) * torch.rand(48, 1, generator=g) * 3
+    b = torch.randn(48, generator=g)
+    x = torch.randn(rows, 256, generator=g).to(act)
+    exact = x.float() @ w.T + b
+    slack = 2 ** -7 * (x.float().abs() @ w.abs().T + exact.abs())
+    q, s = quantize_int8(w)
+    y8 = Int8Linear(w, b)(x)
+    assert y8.dtype == act and ((y8.float() - exact).abs() <= x.float().abs() @ (s[:, None].expand(-1, 256) / 2).T + slack).all()
+    q4, s4, z4 = quantize_int4(w, group)
+    y4 = Int4Linear(w, b, group)(x)
+    assert y4.dtype == act and ((y4.float() - exact).abs() <= x.float().abs() @ (s4.repeat_interleave(group, 1) / 2).T + slack).all()
+    assert (dequantize_int8(q, s) - w).abs().max() <= s.max() / 2 + 1e-6 and (dequantize_int4(q4, s4, z4, group) - w).abs().max() <= s4.max() / 2 + 1e-5
+
+@pytest.mark.parametrize('mode', ['int8', 'int4'])
+def test_tiny_model_end_to_end(peaky, mode):
+    "A quantized tiny model through the offline engine: batched, chunked prefill, its weights smaller; int8 keeps the peaky model's greedy tokens."
+    prompts, sp = [[5, 6, 7, 8], list(range(40, 100)), [9] * 12], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
+    kw = dict(dtype='bfloat16', max_batch_size=4, max_num_batched_tokens=32)
+    plain = build_engine(peaky, **kw)
+    quant = build_engine(peaky, **kw, quantization=mode, quantize=quantize_model)
+    want, got = [o.token_ids for o in plain.generate(prompts, sp, use_tqdm=False)], [o.token_ids for o in quant.generate(prompts, sp, use_tqdm=False)]
+    assert [len(t) for t in got] == [16] * 3 and quant.model.quantization == mode
+    assert weight_bytes(quant.model) < weight_bytes(plain.model)
+    if mode == 'int8': assert got == want
+
+def test_server_reports_quantized_weight_bytes(peaky):
+    with spawn_server(peaky, '--dtype', 'bfloat16', '--served-model-name', 'tiny', '--quantization', 'int8') as (url, _):
+        h = httpx.get(url + '/health').json()['weights']
+        r = openai.OpenAI(base_url=url + '/v1', api_key='none', max_retries=0).completions.create(model='tiny', prompt='hello', max_tokens=8, temperature=0)
+    plain = build_engine(peaky, dtype='bfloat16')
+    assert h['quantization'] == 'int8' and h['bytes'] < weight_bytes(plain.model) and r.choices[0].finish_reason in ('length', 'stop')
+
+@pytest.mark.parametrize('mode', ['none', 'int8', 'int4'])
+def test_default_model_answers_paris(default_model, mode):
+    r = subprocess.run([NANOSERVE, 'generate', '--model', str(default_model), '--chat', '--json', '--max-tokens', '24', '--quantization', mode,
+                        'What is the capital of France?'], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'Paris' in json.loads(r.stdout.splitlines()[-1])['text']
+
+def test_default_group_size_divides_every_layer(default_model):
+    from nanoserve.model import load_model
+    m = load_model(default_model)
+    assert group_size_for(m) == 64                      # 576 = 9 x 64: 128 does not divide SmolLM2's hidden state
+
+def test_refusals(tiny, default_model):
+    path = tiny('llama_tied_gqa')
+    with pytest.raises(ConfigError, match='quantize=nanoserve.quant.quantize_model'): build_engine(path, quantization='int8')
+    with pytest.raises(ConfigError, match='Engine.build assembles the eager engine only'): Engine.build(path, quantization='int4')
+    with pytest.raises(ConfigError, match='must be none, int8 or int4'): build_engine(path, quantization='int5', quantize=quantize_model)
+    with pytest.raises(ConfigError, match='32, 64, 128 or 256'): build_engine(path, quantization='int4', quant_group_size=48, quantize=quantize_model)
+    m = build_engine(path, dtype='bfloat16', quantization='int8', quantize=quantize_model).model
+    with pytest.raises(ConfigError, match='already quantized'): quantize_model(m, 'int4')
+    for flags, fragment in ((['--quantization', 'int3'], 'must be none, int8 or int4'),
+                            (['--quantization', 'int8', '--tensor-parallel-size', '3'], 'not built yet')):
+        r = subprocess.run([NANOSERVE, 'generate', '--model', str(default_model), *flags, 'hi'], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and fragment in r.stderr, r.stderr
