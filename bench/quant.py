@@ -1,0 +1,79 @@
+#!/usr/bin/env python
+"""Quantized weights, measured side by side in one run: speed (batch 1 and batch 32), resident weight bytes, and quality against float32.
+
+    python bench/quant.py                  # the default model: float32, bfloat16, int8 and int4 (bfloat16 activations)
+
+Speed: nanoserve's offline engine (`build_engine`, the command's own path) on random-token prompts, greedy, ignore_eos; batch 1 is
+2 requests one at a time (64 output tokens), batch 32 is 32 requests of 64 prompt tokens and 32 output tokens. Quality, against float32:
+perplexity on bench/data/buildlog_prose.txt (3,867 tokens of nanoserve's own build-log prose, frozen; scored in 512-token windows), and
+greedy agreement on 32 chat prompts (64 tokens each): the share of continuations identical to float32's and where the others first differ.
+Writes OUT/quant.csv and OUT/quant.txt with the machine's CPU model and flags.
+"""
+import argparse, math, sys
+from pathlib import Path
+import torch
+from nanoserve.pull import resolve_model
+from nanoserve.launch import build_engine
+from nanoserve.quant import quantize_model
+from nanoserve.batch import PersistentBatch
+from nanoserve.model import DenseKV
+from nanoserve.sampling import SamplingParams
+from nanoserve.weights import weight_bytes
+from nanoserve.offline_bench import make_workload, run_nanoserve, write_csv, machine
+
+PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers.", "Who wrote Hamlet?",
+           "Explain photosynthesis in one sentence.", "What is 12 times 7?", "Name a famous painter.", "Give me a tip for learning to code.",
+           "What is the boiling point of water?", "Translate 'good morning' into French.", "What does a CPU do?", "Describe a cat in three words.",
+           "What is the largest planet?", "How many days are in a leap year?", "What is gravity?", "Suggest a name for a dog.",
+           "Why is the sky blue?", "What is a noun?", "Give an example of a fruit.", "What language is spoken in Brazil?",
+           "How do plants drink water?", "What is the square root of 81?", "Tell me a fun fact about octopuses.", "What is democracy?",
+           "Write one sentence about autumn.", "What is the opposite of cold?", "Who painted the Mona Lisa?", "What is an atom?",
+           "How many continents are there?", "What is the speed of light?", "Recommend a book for children.", "What is a volcano?"]
+MODES = [('float32', 'none'), ('bfloat16', 'none'), ('bfloat16', 'int8'), ('bfloat16', 'int4')]
+
+@torch.inference_mode()
+def perplexity(model, ids: list[int], window: int = 512) -> float:
+    "exp(mean negative log-likelihood) of each token given the ones before it in its window."
+    nll, n = 0.0, 0
+    for s in range(0, len(ids) - 1, window):
+        chunk = torch.tensor(ids[s:s + window + 1])
+        x = chunk[:-1]
+        logits = model.compute_logits(model(x, torch.arange(len(x)), DenseKV(len(model.model.layers)).step([len(x)])))
+        nll += torch.nn.functional.cross_entropy(logits.float(), chunk[1:], reduction='sum').item(); n += len(x)
+    return math.exp(nll / n)
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--model', default=None); p.add_argument('--out', default='bench/results')
+    p.add_argument('--text', default=str(Path(__file__).parent/'data'/'buildlog_prose.txt'))
+    args = p.parse_args()
+    path = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr))
+    rows, ref = [], None
+    for dtype, mode in MODES:
+        engine = build_engine(path, dtype=dtype, quantization=mode, max_batch_size=32, batch=PersistentBatch, quantize=quantize_model)
+        text_ids = engine.tokenizer.encode(Path(args.text).read_text(), add_special_tokens=False)
+        ppl = perplexity(engine.model, text_ids)
+        msgs = [[{'role': 'user', 'content': q}] for q in PROMPTS]
+        answers = [o.token_ids for o in engine.generate(msgs, SamplingParams(max_tokens=64, temperature=0), use_tqdm=False)]
+        paris = 'Paris' in engine.tokenizer.decode(answers[0])
+        if ref is None: ref = answers
+        first = [next((i for i, (a, b) in enumerate(zip(r, g)) if a != b), None if len(r) == len(g) else min(len(r), len(g))) for r, g in zip(ref, answers)]
+        differ = [f for f in first if f is not None]
+        wide = run_nanoserve(engine, make_workload(32, (64, 64), 32, engine.model.config.vocab_size, seed=0))
+        one = build_engine(engine.model, dtype=dtype, quantization=mode, max_batch_size=1, tokenizer=engine.tokenizer, batch=PersistentBatch, quantize=quantize_model)
+        single = run_nanoserve(one, make_workload(2, (32, 32), 64, engine.model.config.vocab_size, seed=0))
+        rows.append({'dtype': dtype, 'quantization': mode, 'weight_mib': round(weight_bytes(engine.model) / 2**20, 1),
+                     'batch1_tok_s': round(single.output_tok_s, 1), 'batch32_tok_s': round(wide.output_tok_s, 1),
+                     'perplexity': round(ppl, 3), 'identical_to_float32': f"{len(PROMPTS) - len(differ)}/{len(PROMPTS)}",
+                     'first_divergence_median': sorted(differ)[len(differ) // 2] if differ else None, 'paris': paris, 'machine': machine()})
+        print(rows[-1], file=sys.stderr, flush=True)
+        engine = one = None
+    out = Path(args.out); write_csv(rows, out/'quant.csv')
+    lines = [f"machine: {machine()}; SmolLM2-135M-Instruct; the decoder layers' weights quantized, embedding and LM head in the dtype",
+             f"{'dtype':<10}{'weights':<8}{'MiB':>8}{'batch 1 tok/s':>15}{'batch 32 tok/s':>16}{'perplexity':>12}{'greedy = f32':>14}{'1st diff (median)':>19}{'Paris':>7}"]
+    for r in rows:
+        lines.append(f"{r['dtype']:<10}{r['quantization']:<8}{r['weight_mib']:>8.1f}{r['batch1_tok_s']:>15.1f}{r['batch32_tok_s']:>16.1f}{r['perplexity']:>12.3f}"
+                     f"{r['identical_to_float32']:>14}{str(r['first_divergence_median'] if r['first_divergence_median'] is not None else '-'):>19}{str(r['paris']):>7}")
+    (out/'quant.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))
+
+if __name__ == '__main__': main()
