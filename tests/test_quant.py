@@ -78,3 +78,15 @@ def test_refusals(tiny, default_model):
                             (['--quantization', 'int8', '--tensor-parallel-size', '3'], 'not built yet')):
         r = subprocess.run([NANOSERVE, 'generate', '--model', str(default_model), *flags, 'hi'], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and fragment in r.stderr, r.stderr
+
+@pytest.mark.parametrize('mode', ['int8', 'int4'])
+def test_recorded_decode_over_quantized_layers(peaky, mode):
+    "The CPU capture (compile recorder, Day 54) records decodes over the quantized layers and replays them: the tokens of the eager engine."
+    from nanoserve.batch import PersistentBatch
+    sp, prompts = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True), [[5, 6, 7], [8, 9, 10, 11], [40, 41]]
+    kw = dict(dtype='bfloat16', quantization=mode, quantize=quantize_model, max_batch_size=2, max_model_len=128)
+    eager = build_engine(peaky, **kw)
+    captured = build_engine(peaky, **kw, bucket_decode=True, persist_inputs=True, capture_decode=True, batch=PersistentBatch)
+    assert [o.token_ids for o in captured.generate(prompts, sp, use_tqdm=False)] == [o.token_ids for o in eager.generate(prompts, sp, use_tqdm=False)]
+    stats = captured.decode_path.stats
+    assert stats.replays > 0 and stats.replays == stats.decode_steps and captured.boot.warm
