@@ -30,7 +30,7 @@ def make_f16(src: str, dst: str):
 
 def decode(model: str, threads: int, prompt_len: int, output_len: int, runs: int) -> dict:
     from llama_cpp import Llama
-    llm = Llama(model_path=model, n_ctx=512, n_threads=threads, n_batch=64, verbose=False)
+    llm = Llama(model_path=model, n_ctx=512, n_threads=threads, n_batch=64, logits_all=True, verbose=False)   # scores of every position: the last one is read
     rates = []
     for run in range(runs):
         llm.reset()
