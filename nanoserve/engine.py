@@ -25,13 +25,15 @@ from .parallel import load_sharded, make_runner, ranks_released_on_error
 from .grammar import GrammarCompiler
 
 # %% auto #0
-__all__ = ['THRESHOLD', 'EngineConfig', 'RequestOutput', 'malloc_env', 'keep_freed_memory', 'load_parts', 'make_cache', 'Engine',
-           'EngineSnapshot']
+__all__ = ['QUANTIZATIONS', 'THRESHOLD', 'EngineConfig', 'RequestOutput', 'malloc_env', 'keep_freed_memory', 'load_parts',
+           'make_cache', 'Engine', 'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
     "A field of `EngineConfig` that is also a command-line flag (`max_batch_size` -> `--max-batch-size`), with its help; `hidden`: not in --help."
     return field(default=default, metadata={'help': help, 'hidden': hidden})
+
+QUANTIZATIONS = ('none', 'int8', 'int4')     # the weight modes Day 60 builds; named here so the config can refuse others before anything loads
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -94,7 +96,7 @@ class EngineConfig:
         if (self.warm_rows or self.warm_width) and not self.capture_decode:
             raise ConfigError("warm_rows and warm_width bound the capture plan, and capture is off: add --cuda-graphs (capture_decode with "
                               "bucket_decode and persist_inputs), or drop them")
-        if self.quantization not in ('none', 'int8', 'int4'):
+        if self.quantization not in QUANTIZATIONS:
             raise ConfigError(f"quantization (--quantization) must be none, int8 or int4, got {self.quantization!r}")
         if self.quant_group_size not in (None, 32, 64, 128, 256):
             raise ConfigError(f"quant_group_size (--quant-group-size) must be 32, 64, 128 or 256 (what the CPU int4 kernel takes), got {self.quant_group_size!r}")

@@ -10,14 +10,13 @@ from .core import ConfigError
 from .fast import FastLinear
 from .model import CausalLM
 from .weights import weight_bytes
+from .engine import QUANTIZATIONS
 
 # %% auto #0
-__all__ = ['MODES', 'quantize_int8', 'dequantize_int8', 'quantize_int4', 'dequantize_int4', 'Int8Linear', 'Int4Linear',
-           'group_size_for', 'quantize_model']
+__all__ = ['quantize_int8', 'dequantize_int8', 'quantize_int4', 'dequantize_int4', 'Int8Linear', 'Int4Linear', 'group_size_for',
+           'quantize_model']
 
 # %% ../nbs/60_quant.ipynb #1f5bf340
-MODES = ('none', 'int8', 'int4')
-
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     "Symmetric per-output-channel int8: q [out, in] int8 and scale [out] float32 with w ~ q * scale (the largest |w| of a row maps to 127)."
     w = w.float()
@@ -90,7 +89,7 @@ def group_size_for(model: CausalLM) -> int:
 
 def quantize_model(model: CausalLM, mode: str = 'int8', group_size: int | None = None) -> CausalLM:
     "Replace the decoder layers' linear layers (Day 06's `FastLinear`s, fused or not) by int8 or int4 ones, in place; the embedding and the LM head stay as they are."
-    if mode not in MODES: raise ConfigError(f"quantization must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode not in QUANTIZATIONS: raise ConfigError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {mode!r}")
     have = getattr(model, 'quantization', 'none')
     if have != 'none': raise ConfigError(f"this model is already quantized ({have}); load it again to quantize it as {mode}")
     if mode == 'none': return model
