@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Quantized weights, measured side by side in one run: speed (batch 1 and batch 32), resident weight bytes, and quality against float32.
 
-    python bench/quant.py                  # the default model: float32, bfloat16, int8 and int4 (bfloat16 activations)
+    python bench/quant.py                  # the default model: float32, bfloat16, int8, int4, and its int4 pull (bfloat16 activations)
 
 Speed: nanoserve's offline engine (`build_engine`, the command's own path) on random-token prompts, greedy, ignore_eos; batch 1 is
 2 requests one at a time (64 output tokens), batch 32 is 32 requests of 64 prompt tokens and 32 output tokens. Quality, against float32:
@@ -31,7 +31,8 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "Li
            "How do plants drink water?", "What is the square root of 81?", "Tell me a fun fact about octopuses.", "What is democracy?",
            "Write one sentence about autumn.", "What is the opposite of cold?", "Who painted the Mona Lisa?", "What is an atom?",
            "How many continents are there?", "What is the speed of light?", "Recommend a book for children.", "What is a volcano?"]
-MODES = [('float32', 'none'), ('bfloat16', 'none'), ('bfloat16', 'int8'), ('bfloat16', 'int4')]
+MODES = [('float32', 'none'), ('bfloat16', 'none'), ('bfloat16', 'int8'), ('bfloat16', 'int4'), ('bfloat16', 'int4-pull')]
+# int4: the float checkpoint quantized at load (groups of 64); int4-pull: `nanoserve pull --quantization int4`, the GGUF's Q4_1 blocks kept (groups of 32)
 
 @torch.inference_mode()
 def perplexity(model, ids: list[int], window: int = 512) -> float:
@@ -70,10 +71,12 @@ def main():
     p.add_argument('--text', default=str(Path(__file__).parent/'data'/'buildlog_prose.txt'))
     p.add_argument('--llamacpp-venv', default=None, help='the venv bench/peers/install_llamacpp.sh made, e.g. /work/peers/llamacpp')
     args = p.parse_args()
-    path = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr))
+    say = lambda m: print(m, file=sys.stderr)
+    path, pulled4 = resolve_model(args.model, log=say), resolve_model(args.model, log=say, quantization='int4')
     rows, ref = [], None
     for dtype, mode in MODES:
-        engine = build_engine(path, dtype=dtype, quantization=mode, max_batch_size=32, batch=PersistentBatch, quantize=quantize_model)
+        engine = build_engine(pulled4 if mode == 'int4-pull' else path, dtype=dtype, quantization=mode.split('-')[0], max_batch_size=32,
+                              batch=PersistentBatch, quantize=quantize_model)
         text_ids = engine.tokenizer.encode(Path(args.text).read_text(), add_special_tokens=False)
         ppl = perplexity(engine.model, text_ids)
         msgs = [[{'role': 'user', 'content': q}] for q in PROMPTS]
@@ -83,9 +86,9 @@ def main():
         first = [next((i for i, (a, b) in enumerate(zip(r, g)) if a != b), None if len(r) == len(g) else min(len(r), len(g))) for r, g in zip(ref, answers)]
         differ = [f for f in first if f is not None]
         wide = run_nanoserve(engine, make_workload(32, (64, 64), 32, engine.model.config.vocab_size, seed=0))
-        one = build_engine(engine.model, dtype=dtype, quantization=mode, max_batch_size=1, tokenizer=engine.tokenizer, batch=PersistentBatch, quantize=quantize_model)
+        one = build_engine(engine.model, dtype=dtype, quantization=engine.config.quantization, max_batch_size=1, tokenizer=engine.tokenizer, batch=PersistentBatch, quantize=quantize_model)
         single = run_nanoserve(one, make_workload(2, (32, 32), 64, engine.model.config.vocab_size, seed=0))
-        rows.append({'engine': 'nanoserve', 'dtype': dtype, 'quantization': mode, 'weight_mib': round(weight_bytes(engine.model) / 2**20, 1),
+        rows.append({'engine': 'nanoserve', 'dtype': dtype, 'quantization': mode, 'group_size': engine.model.quant_group_size if mode.startswith('int4') else None, 'weight_mib': round(weight_bytes(engine.model) / 2**20, 1),
                      'batch1_tok_s': round(single.output_tok_s, 1), 'batch32_tok_s': round(wide.output_tok_s, 1),
                      'perplexity': round(ppl, 3), 'identical_to_float32': f"{len(PROMPTS) - len(differ)}/{len(PROMPTS)}",
                      'first_divergence_median': sorted(differ)[len(differ) // 2] if differ else None, 'paris': paris, 'machine': machine()})
@@ -94,12 +97,12 @@ def main():
     if args.llamacpp_venv: rows += llamacpp_rows(Path(args.llamacpp_venv))
     out = Path(args.out); write_csv(rows, out/'quant.csv')
     lines = [f"machine: {machine()}; SmolLM2-135M-Instruct; the decoder layers' weights quantized, embedding and LM head in the dtype",
-             f"{'engine':<12}{'dtype':<10}{'weights':<8}{'MiB':>8}{'batch 1 tok/s':>15}{'batch 32 tok/s':>16}{'perplexity':>12}{'greedy = f32':>14}{'1st diff (median)':>19}{'Paris':>7}"]
+             f"{'engine':<12}{'dtype':<10}{'weights':<10}{'MiB':>8}{'batch 1 tok/s':>15}{'batch 32 tok/s':>16}{'perplexity':>12}{'greedy = f32':>14}{'1st diff (median)':>19}{'Paris':>7}"]
     for r in rows:
         if r['engine'] != 'nanoserve':
-            lines.append(f"{'llama.cpp':<12}{r.get('dtype', '-'):<10}{r['quantization']:<8}" + (f"{r['weight_mib']:>8.1f}{r['batch1_tok_s']:>15.1f}" if 'batch1_tok_s' in r else f"  {r['note']}"))
+            lines.append(f"{'llama.cpp':<12}{r.get('dtype', '-'):<10}{r['quantization']:<10}" + (f"{r['weight_mib']:>8.1f}{r['batch1_tok_s']:>15.1f}" if 'batch1_tok_s' in r else f"  {r['note']}"))
             continue
-        lines.append(f"{'nanoserve':<12}{r['dtype']:<10}{r['quantization']:<8}{r['weight_mib']:>8.1f}{r['batch1_tok_s']:>15.1f}{r['batch32_tok_s']:>16.1f}{r['perplexity']:>12.3f}"
+        lines.append(f"{'nanoserve':<12}{r['dtype']:<10}{r['quantization']:<10}{r['weight_mib']:>8.1f}{r['batch1_tok_s']:>15.1f}{r['batch32_tok_s']:>16.1f}{r['perplexity']:>12.3f}"
                      f"{r['identical_to_float32']:>14}{str(r['first_divergence_median'] if r['first_divergence_median'] is not None else '-'):>19}{str(r['paris']):>7}")
     (out/'quant.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))
 

@@ -22,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument('name', nargs='?', default=DEFAULT_MODEL, help=f'model to pull (default: {DEFAULT_MODEL})')
     pl.add_argument('--force', action='store_true', help='convert again even if the model is already in the cache')
     pl.add_argument('--verify', action='store_true', help='re-hash every file against the manifest')
+    pl.add_argument('--quantization', choices=('none', 'int4'), default='none',
+                    help="int4: keep the GGUF's 4-bit blocks (Q4_1: codes, a float16 scale and minimum per 32 inputs) instead of float32 weights; "
+                         "serve/generate --quantization int4 then load them (default: none)")
     g = sub.add_parser('generate', help='complete prompts (all together, through the engine) and print the results')
     g.add_argument('prompts', nargs='*', metavar='PROMPT', help='prompt text (one completion per prompt)')
     g.add_argument('--prompts-file', help='JSON lines: {"prompt": ...} or {"messages": [...]}, with optional sampling fields')
@@ -75,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 # %% ../nbs/90_cli.ipynb #264f6815
 def cmd_pull(args) -> int:
     from nanoserve.pull import pull
-    print(pull(args.name, force=args.force, verify=args.verify, log=lambda m: print(m, file=sys.stderr)))
+    print(pull(args.name, force=args.force, verify=args.verify, log=lambda m: print(m, file=sys.stderr), quantization=args.quantization))
     return 0
 
 PROMPT_FIELDS = {'max_tokens', 'temperature', 'top_k', 'top_p', 'min_p', 'seed', 'stop', 'stop_token_ids', 'ignore_eos',
@@ -116,7 +119,7 @@ def cmd_generate(args) -> int:
     from nanoserve.batch import PersistentBatch
     config = config_from_args(args)                                          # validated before the model loads
     from nanoserve.quant import quantize_model
-    engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), config, batch=PersistentBatch, quantize=quantize_model)
+    engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr), quantization=args.quantization, group_size=args.quant_group_size), config, batch=PersistentBatch, quantize=quantize_model)
     try: outs = engine.generate([p for p, _, _ in items], params, use_tqdm=len(items) > 1 and sys.stderr.isatty())
     finally: engine.close()                                                   # --tensor-parallel-size: the other ranks stop
     for (_, _, label), o in zip(items, outs):
@@ -148,7 +151,9 @@ def cmd_bench(args) -> int:
     from nanoserve.core import RequestError
     try: lo, hi = map(int, args.prompt_len.split(':'))
     except ValueError: raise RequestError(f"--prompt-len must be MIN:MAX, got {args.prompt_len!r}") from None
-    path, rows = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), []
+    say = lambda m: print(m, file=sys.stderr)
+    path, rows = resolve_model(args.model, log=say, quantization=args.quantization, group_size=args.quant_group_size), []
+    peer_path = resolve_model(args.model, log=say)          # the peers read float weights (an int4 pull is nanoserve's own format)
     from nanoserve.parallel import rank_from_env
     from nanoserve.core import ConfigError
     if args.tensor_parallel_size > 1 and args.batch1_requests and rank_from_env() is not None:
@@ -167,9 +172,9 @@ def cmd_bench(args) -> int:
             rows.append(r1); one.close()
         engine.close()
         if args.compare_transformers or args.compare_vllm: engine = one = None     # free the model before a peer loads its own
-        if args.compare_transformers: rows.append(asdict(run_transformers(path, dtype, w, args.hf_batch_size)))
+        if args.compare_transformers: rows.append(asdict(run_transformers(peer_path, dtype, w, args.hf_batch_size)))
         if args.compare_vllm:
-            rows.append(asdict(run_vllm(Path(args.vllm_venv)/'bin'/'python', path, dtype, w, args.max_batch_size, args.max_model_len or 2048)))
+            rows.append(asdict(run_vllm(Path(args.vllm_venv)/'bin'/'python', peer_path, dtype, w, args.max_batch_size, args.max_model_len or 2048)))
         print(f"[{dtype} done]", file=sys.stderr, flush=True)
     for r in rows: r['machine'] = machine()                  # the CPU model and its vector extensions, beside every number
     write_csv(rows, args.csv)

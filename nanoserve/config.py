@@ -11,12 +11,13 @@ from pathlib import Path
 from .core import ConfigError, ModelNotFound
 
 # %% auto #0
-__all__ = ['SUPPORTED_ARCHITECTURES', 'ROPE_TYPES', 'RopeConfig', 'ModelConfig']
+__all__ = ['SUPPORTED_ARCHITECTURES', 'ROPE_TYPES', 'INT4_FILE', 'RopeConfig', 'ModelConfig']
 
 # %% ../nbs/01_config.ipynb #8006b893
 SUPPORTED_ARCHITECTURES = {  # HF class name -> model_type
     'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral', 'Qwen2ForCausalLM': 'qwen2'}
 ROPE_TYPES = ('default', 'linear', 'llama3')
+INT4_FILE = 'model-int4.safetensors'    # where an int4 checkpoint keeps its decoder layers' codes (Day 07 writes it, Day 60 reads it)
 
 @dataclass(frozen=True)
 class RopeConfig:
@@ -55,6 +56,7 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     dtype: str | None = None           # the checkpoint's own dtype, if it says
+    quant_group_size: int | None = None  # nanoserve's own int4 checkpoint (`nanoserve pull --quantization int4`, Day 07): its group width
 
     def __post_init__(self):
         for name in ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads',
@@ -105,14 +107,20 @@ def _check_supported(d: dict):
     if len(archs) != 1 or archs[0] not in SUPPORTED_ARCHITECTURES:
         raise ConfigError(f"unsupported architectures {archs!r} in config.json; nanoserve serves "
                           f"{', '.join(SUPPORTED_ARCHITECTURES)}")
-    if d.get('quantization_config'):
-        raise ConfigError("quantization_config: quantized checkpoints are not supported; use a float16/bfloat16/float32 checkpoint")
+    if (q := d.get('quantization_config')) and not _own_int4(q):
+        raise ConfigError(f"quantization_config {q.get('quant_method') if isinstance(q, dict) else q!r}: nanoserve loads its own int4 checkpoints "
+                          "(`nanoserve pull --quantization int4`) and float16/bfloat16/float32 ones, which --quantization int8|int4 quantizes at load")
     if (act := d.get('hidden_act', 'silu')) != 'silu':
         raise ConfigError(f"hidden_act={act!r} is not supported; Llama-family MLPs use 'silu'")
     if d.get('use_sliding_window'):
         raise ConfigError("use_sliding_window=true is not supported; set it to false (Qwen2 checkpoints ship it false)")
     if any(t != 'full_attention' for t in d.get('layer_types') or []):
         raise ConfigError(f"layer_types {sorted(set(d['layer_types']))}: only full_attention layers are supported")
+
+def _own_int4(q) -> bool:
+    "Is `quantization_config` the one Day 07 writes: {'quant_method': 'nanoserve', 'bits': 4, 'group_size': g, 'file': INT4_FILE}?"
+    return (isinstance(q, dict) and q.get('quant_method') == 'nanoserve' and q.get('bits') == 4 and q.get('file') == INT4_FILE
+            and isinstance(g := q.get('group_size'), int) and g > 0)
 
 def _eos_ids(v) -> tuple[int, ...]:
     return () if v is None else (v,) if isinstance(v, int) else tuple(v)
@@ -138,7 +146,8 @@ def from_hf(cls: ModelConfig, d: dict) -> ModelConfig:
                mlp_bias=bool(d.get('mlp_bias', False)),
                sliding_window=d.get('sliding_window') if arch == 'MistralForCausalLM' else None,
                bos_token_id=d.get('bos_token_id'), eos_token_ids=_eos_ids(d.get('eos_token_id')),
-               dtype=d.get('dtype') or d.get('torch_dtype'))
+               dtype=d.get('dtype') or d.get('torch_dtype'),
+               quant_group_size=(d.get('quantization_config') or {}).get('group_size'))
 
 # %% ../nbs/01_config.ipynb #a8250593
 @patch(cls_method=True)

@@ -12,6 +12,7 @@ import torch
 from .core import ConfigError, parse_dtype, dtype_name, resolve_dtype
 from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .fast import speed_up
+from .config import ModelConfig
 from .model import CausalLM, load_model
 from .weights import weight_bytes
 from .generate import make_generator, stop_ids_for, prompt_ids
@@ -21,12 +22,12 @@ from .kvcache import KVCache, plan_kv_pool, check_invariants
 from .sampling import SamplingParams, check_request
 from .scheduler import Scheduler
 from .runner import ModelRunner
-from .parallel import load_sharded, make_runner, ranks_released_on_error
+from .parallel import load_sharded, make_runner, ranks_released_on_error, quantize_spec
 from .grammar import GrammarCompiler
 
 # %% auto #0
 __all__ = ['QUANTIZATIONS', 'THRESHOLD', 'EngineConfig', 'RequestOutput', 'malloc_env', 'keep_freed_memory', 'load_parts',
-           'make_cache', 'Engine', 'EngineSnapshot']
+           'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'Engine', 'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
@@ -102,8 +103,6 @@ class EngineConfig:
             raise ConfigError(f"quant_group_size (--quant-group-size) must be 32, 64, 128 or 256 (what the CPU int4 kernel takes), got {self.quant_group_size!r}")
         if self.quantization != 'none' and dev.type != 'cpu':
             raise ConfigError(f"--quantization {self.quantization} runs PyTorch's CPU kernels in this version: use --device cpu")
-        if self.quantization != 'none' and self.tensor_parallel_size > 1:
-            raise ConfigError("--quantization with --tensor-parallel-size is not built yet (each rank would quantize its shard): choose one")
         if self.tensor_parallel_size > 1 and dev.type != 'cpu':
             raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} on {self.device}: tensor parallelism runs on CPU over gloo in this "
                               "version (nccl on CUDA is not built yet); use --device cpu, or --tensor-parallel-size 1")
@@ -156,8 +155,8 @@ def keep_freed_memory():
     return bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD))
 
 # %% ../nbs/20_engine.ipynb #e11ffdd2
-def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config: EngineConfig) -> tuple[CausalLM, Tokenizer, set[int]]:
-    "The model (loaded on `config.device` when given a directory), its tokenizer and its stop ids."
+def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config: EngineConfig, quantize=None) -> tuple[CausalLM, Tokenizer, set[int]]:
+    "The model (loaded on `config.device` when given a directory), its tokenizer and its stop ids; `quantize` (Day 60's): every rank's shard quantized as it loads."
     if isinstance(model, CausalLM):
         if config.tensor_parallel_size > 1:
             raise ConfigError(f"tensor_parallel_size={config.tensor_parallel_size} loads each rank's shard from the model directory: pass the "
@@ -168,13 +167,31 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
     path = Path(model)
     dtype, why = resolve_dtype(config.dtype, config.device)
     if config.tensor_parallel_size > 1:               # Day 19: rank 0's shard; the other ranks load theirs in their own processes
+        q = quantize_spec(quantize, config.quantization, config.quant_group_size) if quantize and config.quantization != 'none' else None
         model = load_sharded(path, config.tensor_parallel_size, dtype=dtype, device=config.device, max_positions=config.max_model_len,
-                             fuse=config.fuse_projections, one_row=config.gemv, pack=config.pack_weights)
+                             fuse=config.fuse_projections, one_row=config.gemv, pack=config.pack_weights, quantize=q)
     else: model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv, config.pack_weights)
     model.dtype_reason = why
     with ranks_released_on_error(model):
         tokenizer = tokenizer or Tokenizer.from_dir(path)
         return model, tokenizer, stop_ids_for(path, model, tokenizer)
+
+def int4_checkpoint_group(model: str | Path | CausalLM) -> int | None:
+    "The group size of an int4 checkpoint (Day 07's `pull --quantization int4`) whose codes are still to load, given its directory or model; else None."
+    if isinstance(model, CausalLM): return model.config.quant_group_size if getattr(model, 'int4_checkpoint', None) else None
+    return ModelConfig.from_dir(model).quant_group_size if (Path(model)/'config.json').is_file() else None
+
+def with_checkpoint_quantization(model: str | Path | CausalLM, config: EngineConfig) -> EngineConfig:
+    "`config` serving an int4 checkpoint as what it is (its quantization and group size filled in), or a ConfigError if it asks for anything else."
+    if (g := int4_checkpoint_group(model)) is None: return config
+    if config.quantization not in ('none', 'int4') or config.quant_group_size not in (None, g):
+        asked = f"--quantization {config.quantization}" + (f" --quant-group-size {config.quant_group_size}" if config.quant_group_size else '')
+        raise ConfigError(f"{'the model' if isinstance(model, CausalLM) else model} is an int4 checkpoint in groups of {g} (nanoserve pull "
+                          f"--quantization int4), served as it is: drop {asked}, or pass its float checkpoint to quantize it another way")
+    if config.tensor_parallel_size > 1:
+        raise ConfigError("--tensor-parallel-size with an int4 checkpoint: each rank reads float weights to quantize its own shard; pass the "
+                          "float checkpoint with --quantization int4")
+    return replace(config, quantization='int4', quant_group_size=g)
 
 def make_cache(model: CausalLM, config: EngineConfig) -> KVCache:
     "Plan the KV pool for `model` under `config` (`KVPoolPlan`, Day 10) and allocate it: the first memory decision of a boot."
@@ -244,10 +261,11 @@ class Engine:
     def build(cls, model: str | Path | CausalLM, tokenizer: Tokenizer | None = None, config: EngineConfig | None = None,
               decode_path=None, batch=None, **kw) -> Engine:
         "The eager engine for a model directory (or a loaded model and its tokenizer); `kw` overrides `config` fields."
-        config = replace(config or EngineConfig(), **kw)
+        config = with_checkpoint_quantization(model, replace(config or EngineConfig(), **kw))
         if config.quantization != 'none' and getattr(model, 'quantization', 'none') != config.quantization:
-            raise ConfigError(f"--quantization {config.quantization}: Engine.build assembles the eager engine only; nanoserve.launch.build_engine "
-                              "quantizes at load when handed Day 60's nanoserve.quant.quantize_model (the nanoserve command does)")
+            raise ConfigError(f"--quantization {config.quantization} (asked, or the checkpoint's own): Engine.build assembles the eager engine only; "
+                              "nanoserve.launch.build_engine quantizes at load, or loads an int4 checkpoint's codes, when handed Day 60's "
+                              "nanoserve.quant.quantize_model (the nanoserve command does)")
         if config.capture_flags and decode_path is None or config.compile and not isinstance(model, CausalLM):   # refused before loading
             raise ConfigError(f"{' and '.join(config.capture_flags + ('compile',) * config.compile)}: Engine.build assembles the eager engine "
                               "only; nanoserve.launch.build_engine (Day 56) compiles the layers and builds the decode path")

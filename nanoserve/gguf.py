@@ -10,10 +10,13 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 from .core import PullError
+from .config import INT4_FILE
+from .model import QUANTIZED_PROJECTIONS
 
 # %% auto #0
-__all__ = ['GGUF_GLOBAL', 'GGUF_BLOCK', 'PRE_TOKENIZERS', 'hf_tensor_name', 'unpermute_rope_rows', 'gguf_config',
-           'gguf_state_dict', 'gguf_tokenizer', 'convert_gguf']
+__all__ = ['GGUF_GLOBAL', 'GGUF_BLOCK', 'Q4_1_BLOCK', 'PRE_TOKENIZERS', 'hf_tensor_name', 'unpermute_rope_rows', 'gguf_config',
+           'gguf_state_dict', 'q4_1_codes', 'pack_nibbles', 'unpack_nibbles', 'gguf_int4_state_dicts',
+           'int4_quantization_config', 'gguf_tokenizer', 'convert_gguf']
 
 # %% ../nbs/07_gguf.ipynb #1e89724d
 GGUF_GLOBAL = {'token_embd': 'model.embed_tokens', 'output_norm': 'model.norm', 'output': 'lm_head'}
@@ -73,6 +76,53 @@ def gguf_state_dict(reader, config: dict) -> dict[str, torch.Tensor]:
         sd[name] = w.contiguous()
     return sd
 
+# %% ../nbs/07_gguf.ipynb #068db543
+Q4_1_BLOCK = 32      # inputs per Q4_1 block, and so the int4 checkpoint's group size
+
+def q4_1_codes(raw: np.ndarray, out_features: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    "A Q4_1 tensor's raw blocks -> codes [out, in] uint8 (0-15), scales and mins [out, in / 32] float16, with w = code * scale + min."
+    b = np.ascontiguousarray(raw, dtype=np.uint8).reshape(out_features, -1, 20)      # 2 + 2 + 16 bytes per block
+    d, m = b[..., 0:2].copy().view(np.float16)[..., 0], b[..., 2:4].copy().view(np.float16)[..., 0]
+    qs = b[..., 4:]
+    codes = np.concatenate([qs & 15, qs >> 4], -1).reshape(out_features, -1)          # inputs 0-15, then 16-31, of each block
+    return torch.from_numpy(codes), torch.from_numpy(d.copy()), torch.from_numpy(m.copy())
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    "Codes [out, in] (0-15) -> [out, in / 2] uint8: input 2i in the low nibble of byte i, input 2i + 1 in the high one."
+    c = codes.to(torch.uint8)
+    return c[:, 0::2] | (c[:, 1::2] << 4)
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    "The inverse of `pack_nibbles`: [out, in / 2] uint8 -> codes [out, in] uint8."
+    return torch.stack([packed & 15, packed >> 4], -1).reshape(packed.shape[0], -1)
+
+def gguf_int4_state_dicts(reader, config: dict) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    "The floating-point tensors (norms float32, the rest float16) and the projections' int4 codes, scales and mins, rows un-permuted."
+    import gguf
+    from gguf.quants import dequantize, quantize
+    floats, int4 = {}, {}
+    for t in reader.tensors:
+        name, shape = hf_tensor_name(t.name), tuple(int(d) for d in reversed(t.shape))
+        if not name.endswith('.weight') or name.split('.', 3)[-1][:-len('.weight')] not in QUANTIZED_PROJECTIONS:
+            w = torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32, copy=True)).reshape(shape)
+            floats[name] = w.contiguous() if w.ndim == 1 else w.to(torch.float16)
+            continue
+        if shape[1] % Q4_1_BLOCK: raise PullError(f"{t.name} is {shape[1]} inputs wide, not a multiple of Q4_1's {Q4_1_BLOCK}: convert with quantization='none'")
+        raw = t.data if t.tensor_type == gguf.GGMLQuantizationType.Q4_1 else quantize(
+            np.array(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape), gguf.GGMLQuantizationType.Q4_1)
+        codes, d, m = q4_1_codes(raw, shape[0])
+        heads = config['num_attention_heads'] if '.q_proj' in name else config['num_key_value_heads'] if '.k_proj' in name else None
+        if heads: codes, d, m = (unpermute_rope_rows(x, heads) for x in (codes, d, m))
+        base = name[:-len('.weight')]
+        int4.update({f'{base}.qweight': pack_nibbles(codes).contiguous(), f'{base}.scales': d.contiguous(), f'{base}.mins': m.contiguous()})
+    return floats, int4
+
+def int4_quantization_config() -> dict:
+    "What `config.json` says of an int4 checkpoint (Day 01 accepts exactly this, Day 60 loads it)."
+    return {'quant_method': 'nanoserve', 'bits': 4, 'group_size': Q4_1_BLOCK, 'file': INT4_FILE,
+            'layout': 'per projection: qweight uint8 [out, in/2] (input 2i low nibble, 2i+1 high), scales and mins float16 [out, in/32]; '
+                      'w = code * scale + min (Q4_1 blocks, re-packed)'}
+
 # %% ../nbs/07_gguf.ipynb #e4c25699
 PRE_TOKENIZERS = {'smollm': 'digits+bytelevel', 'gpt2': 'bytelevel', 'starcoder': 'digits+bytelevel', 'default': 'bytelevel'}
 
@@ -94,8 +144,10 @@ def gguf_tokenizer(reader):
     return tok
 
 # %% ../nbs/07_gguf.ipynb #9c4d7702
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
-    "Write a transformers checkpoint directory for the llama GGUF at `gguf_path` into `out_dir`."
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, quantization: str = 'none') -> Path:
+    "Write a transformers checkpoint directory for the llama GGUF at `gguf_path` into `out_dir`: float32, or ('int4') its projections' Q4_1 blocks re-packed."
+    if quantization not in ('none', 'int4'):
+        raise PullError(f"a GGUF converts to quantization 'none' (float32) or 'int4' (its Q4_1 blocks), not {quantization!r}")
     from gguf import GGUFReader
     reader, out = GGUFReader(str(gguf_path)), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +156,12 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     tokens = _field(reader, 'tokenizer.ggml.tokens')
     name = lambda key: None if (i := config.get(key)) is None else tokens[i]
     unk = _field(reader, 'tokenizer.ggml.unknown_token_id')
-    save_file(gguf_state_dict(reader, config), str(out/'model.safetensors'), metadata={'format': 'pt'})
+    if quantization == 'int4':
+        floats, int4 = gguf_int4_state_dicts(reader, config)
+        save_file(int4, str(out/INT4_FILE), metadata={'format': 'pt'})
+        config.update(quantization_config=int4_quantization_config(), torch_dtype='float16')
+    else: floats = gguf_state_dict(reader, config)
+    save_file(floats, str(out/'model.safetensors'), metadata={'format': 'pt'})
     tok.save(str(out/'tokenizer.json'))
     tok_cfg = {'tokenizer_class': 'PreTrainedTokenizerFast', 'bos_token': name('bos_token_id'), 'eos_token': name('eos_token_id'),
                'pad_token': name('pad_token_id'), 'unk_token': None if unk is None else tokens[unk],

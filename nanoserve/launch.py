@@ -11,7 +11,7 @@ import torch
 from .core import ConfigError, human_bytes, dtype_name
 from .weights import weight_bytes
 from .kvcache import KVCache, available_ram
-from .engine import Engine, EngineConfig, load_parts, make_cache
+from .engine import Engine, EngineConfig, load_parts, make_cache, with_checkpoint_quantization
 from .parallel import ranks_released_on_error
 from .async_engine import AsyncEngine
 from .serve import health_payload, serve_engine
@@ -110,7 +110,7 @@ def pool_residency(num_blocks: int = 364) -> dict:
 # %% ../nbs/56_launch.ipynb #0a71934b
 def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batch=None, quantize=None, **kw) -> Engine:
     "An engine for a model directory (or loaded model) from an EngineConfig: load, plan the KV pool, plan the capture, decode path, warm."
-    config = check_capture_settings(replace(config or EngineConfig(), **kw))     # refused here, before anything loads
+    config = with_checkpoint_quantization(model, check_capture_settings(replace(config or EngineConfig(), **kw)))     # refused here, before anything loads
     if config.uses_persistent_batch and batch is None:
         raise ConfigError("persistent_batch (on by default with --cuda-graphs) needs Day 58's part: pass batch=nanoserve.batch.PersistentBatch "
                           "(the nanoserve command does), or persistent_batch=False (--no-persistent-batch)")
@@ -119,7 +119,7 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
                           "command does)")
     recorder, boot, t = recorder_for(config) if config.capture_decode else None, Boot(), [time.perf_counter()]
     def lap(stage): now = time.perf_counter(); boot.seconds[stage] = round(now - t[0], 3); t[0] = now
-    model, tokenizer, stop = load_parts(model, tokenizer, config)
+    model, tokenizer, stop = load_parts(model, tokenizer, config, quantize)          # Day 19's ranks quantize their shards as they load
     with ranks_released_on_error(model):                              # Day 19: a boot that fails after the shards loaded leaves no worker waiting
         if config.quantization != getattr(model, 'quantization', 'none'): quantize(model, config.quantization, config.quant_group_size)
         if config.compile: compile_layers(model)
@@ -216,7 +216,7 @@ def boot_lines(engine: Engine, model_name: str) -> list[str]:
     cfg, b = engine.model.config, engine.boot or Boot()
     q = getattr(engine.model, 'quantization', 'none')
     lines = [f"model: {model_name} ({cfg.architecture}, {human_bytes(weight_bytes(engine.model))} {dtype_name(engine.model.dtype)} ({engine.model.dtype_reason})"
-             f"{'' if q == 'none' else f', decoder weights {q}'}, "
+             f"{'' if q == 'none' else f', decoder weights {q}'}{f' in groups of {g}' if (g := getattr(engine.model, 'quant_group_size', None)) else ''}, "
              f"max_model_len {engine.max_model_len}) on {engine.model.device}", engine.plan.describe()]
     if b.plan is not None:
         lines.append(f"{b.plan.describe()}; recorder {b.recorder} (limit {b.plan.limit})")
@@ -235,8 +235,9 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
               max_waiting: int | None = None, max_tokens_default: int = 16, log=print, batch=None, quantize=None, **kw):
     "Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, async_engine)."
     from nanoserve.pull import resolve_model
-    path = resolve_model(model, log=log)
     config = check_capture_settings(replace(config or EngineConfig(), **kw))
+    path = resolve_model(model, log=log, quantization=config.quantization, group_size=config.quant_group_size)
+    config = with_checkpoint_quantization(path, config)
     if config.uses_persistent_batch and batch is None or config.quantization != 'none' and quantize is None:
         build_engine(path, config, batch=batch, quantize=quantize)                   # refused here, on this thread, before anything loads
     aeng = AsyncEngine(build=lambda: build_engine(path, config, batch=batch, quantize=quantize))      # built, planned and warmed on the thread that will step it
@@ -249,11 +250,12 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
 def serve(args, batch=None, quantize=None) -> int:
     "The `nanoserve serve` command: boot, print what was built, serve with uvicorn; `batch`: Day 58's part (the command line passes it)."
     import uvicorn
-    from nanoserve.pull import resolve_model
+    from nanoserve.pull import resolve_model, find_source
     log = lambda m: print(m, file=sys.stderr, flush=True)
     config = config_from_args(args)                                     # refused here, before anything loads
-    path = resolve_model(args.model, log=log)
-    name = args.served_model_name or Path(path).name
+    path = resolve_model(args.model, log=log, quantization=config.quantization, group_size=config.quant_group_size)
+    pulled = find_source(args.model) if not Path(args.model).expanduser().is_dir() else None
+    name = args.served_model_name or (pulled.name if pulled else Path(path).name)     # a pulled model is served by its name, int4 pull or not
     app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log, batch=batch, quantize=quantize)
     for line in boot_lines(aeng.engine, name): log(line)
     try:

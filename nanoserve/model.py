@@ -11,13 +11,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from .core import parse_dtype
-from .config import ModelConfig
+from .config import ModelConfig, INT4_FILE
 from .layers import RMSNorm, RotaryEmbedding, MLP
 from .weights import load_weights, weight_bytes, LoadReport
 
 # %% auto #0
-__all__ = ['AttentionBackend', 'sdpa_reference', 'DenseKV', 'DenseStep', 'Attention', 'DecoderLayer', 'DecoderStack', 'CausalLM',
-           'load_model']
+__all__ = ['QUANTIZED_PROJECTIONS', 'AttentionBackend', 'sdpa_reference', 'DenseKV', 'DenseStep', 'Attention', 'DecoderLayer',
+           'DecoderStack', 'CausalLM', 'load_model']
 
 # %% ../nbs/05_model.ipynb #f71a9e3a
 class AttentionBackend(ABC):
@@ -136,12 +136,21 @@ class CausalLM(nn.Module):
     def device(self) -> torch.device: return self.lm_head.weight.device
 
 # %% ../nbs/05_model.ipynb #0c10a461
+QUANTIZED_PROJECTIONS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj')
+
 def load_model(path: str | Path, dtype: str | torch.dtype = 'float32', device: str | torch.device = 'cpu',
                max_positions: int | None = None) -> CausalLM:
-    "Build the model described by `path/config.json` and load its safetensors weights, cast to `dtype`."
+    """Build the model described by `path/config.json` and load its safetensors weights, cast to `dtype`.
+    An int4 checkpoint (Day 07's `pull --quantization int4`) loads all but the decoder's projections, whose weights stay on the meta
+    device, with `model.int4_checkpoint` naming the file Day 60 reads their codes from."""
     cfg, dtype = ModelConfig.from_dir(path), parse_dtype(dtype)
     with torch.device('meta'): model = CausalLM(cfg, max_positions)
     tied = {'lm_head.weight': 'model.embed_tokens.weight'} if cfg.tie_word_embeddings else {}
-    model.load_report = load_weights(model, path, dtype, device, tied)
+    expected = None
+    if cfg.quant_group_size:
+        codes = {f'model.layers.{i}.{p}.weight' for i in range(cfg.num_hidden_layers) for p in QUANTIZED_PROJECTIONS}
+        expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False) if n not in tied and n not in codes}
+    model.load_report = load_weights(model, path, dtype, device, tied, expected)
+    model.int4_checkpoint = Path(path)/INT4_FILE if cfg.quant_group_size else None
     model.rotary.to(device)
     return model.eval().requires_grad_(False)

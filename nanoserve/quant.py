@@ -6,15 +6,18 @@
 from __future__ import annotations
 import torch
 from torch import nn
-from .core import ConfigError
+from pathlib import Path
+from safetensors import safe_open
+from .core import ConfigError, WeightsError
 from .fast import FastLinear
 from .model import CausalLM
 from .weights import weight_bytes
 from .engine import QUANTIZATIONS
+from .gguf import unpack_nibbles
 
 # %% auto #0
-__all__ = ['quantize_int8', 'dequantize_int8', 'quantize_int4', 'dequantize_int4', 'Int8Linear', 'Int4Linear', 'group_size_for',
-           'quantize_model']
+__all__ = ['FUSED_PARTS', 'quantize_int8', 'dequantize_int8', 'quantize_int4', 'dequantize_int4', 'Int8Linear', 'Int4Linear',
+           'group_size_for', 'quantize_model', 'load_int4_layers']
 
 # %% ../nbs/60_quant.ipynb #1f5bf340
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,14 +66,17 @@ class Int8Linear(nn.Module):
 
 class Int4Linear(nn.Module):
     "A linear layer with int4 weights in groups, packed once for PyTorch's CPU int4 kernel; computed in the activations' dtype."
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, group_size: int = 128):
+    def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None = None, group_size: int = 128, codes: tuple | None = None):
         super().__init__()
-        q, scale, zero = quantize_int4(weight, group_size)
-        self.group_size = group_size
-        self.packed = _param(torch._convert_weight_to_int4pack_for_cpu(q, 1))          # [out, in / 2] uint8: two codes a byte
-        self.scales_zeros = _param(torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(torch.bfloat16))   # [in / group, out, 2]
+        q, scale, zero = codes if weight is None else quantize_int4(weight, group_size)
+        self.group_size, self._out = group_size, q.shape[0]
+        self.packed = _param(torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))   # [out, in / 2] uint8: two codes a byte
+        self.scales_zeros = _param(torch.stack([scale.float(), zero.float()], -1).transpose(0, 1).contiguous().to(torch.bfloat16))   # [in / group, out, 2]
         self.bias = None if bias is None else _param(bias.detach().clone())
-        self._out = weight.shape[0]
+    @classmethod
+    def from_codes(cls, q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bias: torch.Tensor | None = None, group_size: int = 32) -> Int4Linear:
+        "A layer over codes already made (w = (q - 8) * scale + zero, as `quantize_int4` returns them): an int4 checkpoint's, loaded as they are."
+        return cls(None, bias, group_size, codes=(q, scale, zero))
     @property
     def out_features(self) -> int: return self._out
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -92,6 +98,7 @@ def quantize_model(model: CausalLM, mode: str = 'int8', group_size: int | None =
     if mode not in QUANTIZATIONS: raise ConfigError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {mode!r}")
     have = getattr(model, 'quantization', 'none')
     if have != 'none': raise ConfigError(f"this model is already quantized ({have}); load it again to quantize it as {mode}")
+    if getattr(model, 'int4_checkpoint', None): return load_int4_layers(model, mode, group_size)     # its codes are on disk: load them
     if mode == 'none': return model
     if model.device.type != 'cpu': raise ConfigError(f"--quantization {mode} runs PyTorch's CPU kernels: use --device cpu")
     group_size = group_size or group_size_for(model)
@@ -102,4 +109,36 @@ def quantize_model(model: CausalLM, mode: str = 'int8', group_size: int | None =
                 for name, mod in list(block.named_children()):
                     if isinstance(mod, (FastLinear, nn.Linear)): setattr(block, name, make(mod.weight, mod.bias))
     model.quantization, model.quant_group_size = mode, group_size if mode == 'int4' else None
+    return model
+
+# %% ../nbs/60_quant.ipynb #a8c765d9
+FUSED_PARTS = {'qkv_proj': ('q_proj', 'k_proj', 'v_proj'), 'gate_up_proj': ('gate_proj', 'up_proj')}   # Day 06's fused layers
+
+def load_int4_layers(model: CausalLM, mode: str = 'int4', group_size: int | None = None) -> CausalLM:
+    "Build the decoder's `Int4Linear`s from an int4 checkpoint's codes (`model.int4_checkpoint`, Day 05), fused or not, in place."
+    g, path = model.config.quant_group_size, Path(model.int4_checkpoint)
+    if mode != 'int4' or group_size not in (None, g):
+        raise ConfigError(f"{path.parent} is an int4 checkpoint in groups of {g} (nanoserve pull --quantization int4), served as it is: "
+                          f"drop --quantization {mode}{f' --quant-group-size {group_size}' if group_size else ''}, or quantize its float checkpoint instead")
+    if model.device.type != 'cpu': raise ConfigError("an int4 checkpoint runs PyTorch's CPU int4 kernel: use --device cpu")
+    try: h = safe_open(str(path), framework='pt', device='cpu')
+    except Exception as e: raise WeightsError(f"{path} is missing or not a readable safetensors file ({e}): pull the model again") from None
+    def part(name: str, kind: str) -> torch.Tensor:
+        try: return h.get_tensor(f'{name}.{kind}')
+        except Exception: raise WeightsError(f"{path.name} has no {name}.{kind}: pull the model again") from None
+    with torch.no_grad():
+        for i, layer in enumerate(model.model.layers):
+            for block_name in ('self_attn', 'mlp'):
+                block = getattr(layer, block_name)
+                for name, mod in list(block.named_children()):
+                    if not isinstance(mod, (FastLinear, nn.Linear)): continue
+                    names = [f'model.layers.{i}.{block_name}.{p}' for p in FUSED_PARTS.get(name, (name,))]
+                    q = torch.cat([unpack_nibbles(part(n, 'qweight')) for n in names])
+                    scale = torch.cat([part(n, 'scales') for n in names]).float()
+                    zero = torch.cat([part(n, 'mins') for n in names]).float() + 8 * scale
+                    if q.shape != mod.weight.shape or scale.shape != (q.shape[0], q.shape[1] // g):
+                        raise WeightsError(f"{names[0]} in {path.name}: codes {tuple(q.shape)}, scales {tuple(scale.shape)}; the model "
+                                           f"expects {tuple(mod.weight.shape)} in groups of {g}")
+                    setattr(block, name, Int4Linear.from_codes(q, scale, zero, mod.bias, g))
+    model.int4_checkpoint, model.quantization, model.quant_group_size = None, 'int4', g
     return model

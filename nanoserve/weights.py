@@ -85,9 +85,10 @@ def set_parameter(model: nn.Module, name: str, value: torch.Tensor | nn.Paramete
     mod._parameters[attr] = value if isinstance(value, nn.Parameter) else nn.Parameter(value, requires_grad=False)
 
 def weight_bytes(model: nn.Module) -> int:
-    "Bytes of the model's parameters, each storage counted once (tied weights are one tensor)."
+    "Bytes of the model's parameters, each storage counted once (tied weights are one tensor; a parameter still on the meta device holds none)."
     seen, total = set(), 0
     for _, p in model.named_parameters(remove_duplicate=False):
+        if p.device.type == 'meta': continue
         key = (p.device, p.untyped_storage().data_ptr())
         if key not in seen: seen.add(key); total += p.untyped_storage().nbytes()
     return total

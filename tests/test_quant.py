@@ -75,7 +75,7 @@ def test_refusals(tiny, default_model):
     m = build_engine(path, dtype='bfloat16', quantization='int8', quantize=quantize_model).model
     with pytest.raises(ConfigError, match='already quantized'): quantize_model(m, 'int4')
     for flags, fragment in ((['--quantization', 'int3'], 'must be none, int8 or int4'),
-                            (['--quantization', 'int8', '--tensor-parallel-size', '3'], 'not built yet')):
+                            (['--quantization', 'int4', '--quant-group-size', '128', '--tensor-parallel-size', '3'], 'choose a --quant-group-size')):
         r = subprocess.run([NANOSERVE, 'generate', '--model', str(default_model), *flags, 'hi'], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and fragment in r.stderr, r.stderr
 
@@ -90,3 +90,42 @@ def test_recorded_decode_over_quantized_layers(peaky, mode):
     assert [o.token_ids for o in captured.generate(prompts, sp, use_tqdm=False)] == [o.token_ids for o in eager.generate(prompts, sp, use_tqdm=False)]
     stats = captured.decode_path.stats
     assert stats.replays > 0 and stats.replays == stats.decode_steps and captured.boot.warm
+
+@pytest.fixture(scope='module')
+def peaky_wide(tmp_path_factory):
+    "A peaky tiny model (see conftest) whose 2-rank shards split into int4 groups of 32: 8 heads of 8, an MLP 256 wide."
+    import transformers
+    from conftest import TINY, CORPUS
+    from nanoserve.tiny import tiny_checkpoint, CHAT_SPECIALS
+    path = tiny_checkpoint(tmp_path_factory.mktemp('peaky_wide'), 3, corpus=CORPUS, special_tokens=CHAT_SPECIALS, perturb=True,
+                           **{**TINY, 'intermediate_size': 256}, num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path)
+    with torch.no_grad(): model.model.norm.weight.mul_(12)
+    model.save_pretrained(path)
+    return path
+
+@pytest.mark.parametrize('mode', ['int8', 'int4'])
+def test_quantized_shards_equal_one_process(peaky_wide, mode):
+    """Each rank quantizes its own shard as it loads (the worker finds Day 60's function by the name rank 0 sends): the greedy tokens of one
+    quantized process, chunked prefill included, and each rank holding half of the quantized decoder (int4's groups split with the rows and
+    columns, so the shards hold exactly the single process's codes; int8's row-parallel layers get one scale per rank's half-row)."""
+    prompts, sp = [[5, 6, 7, 8, 9, 10], [100, 200, 33], list(range(40, 110)), [3] * 20], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
+    kw = dict(dtype='float32', max_batch_size=4, max_num_batched_tokens=32, quantization=mode, quantize=quantize_model,
+              quant_group_size=32 if mode == 'int4' else None)
+    one = build_engine(peaky_wide, **kw)
+    two = build_engine(peaky_wide, **kw, tensor_parallel_size=2)
+    try:
+        assert [o.token_ids for o in two.generate(prompts, sp, use_tqdm=False)] == [o.token_ids for o in one.generate(prompts, sp, use_tqdm=False)]
+        r0, r1 = two.model.tensor_parallel.weight_bytes
+        every = sum(p.numel() * p.element_size() for n, p in one.model.named_parameters() if n.endswith(('norm.weight', 'o_proj.scales', 'down_proj.scales')))
+        assert r0 == r1 == (weight_bytes(one.model) - every) // 2 + every and two.model.quantization == mode   # norms and int8's row scales on every rank
+    finally: two.close()
+
+def test_quantized_shards_through_the_command(peaky_wide):
+    "`generate --tensor-parallel-size 2 --quantization int4`: the tokens of the same command in one process."
+    run = lambda *flags: subprocess.run([NANOSERVE, 'generate', '--model', str(peaky_wide), '--dtype', 'float32', '--json', '--max-tokens', '12',
+                                         '--quantization', 'int4', '--quant-group-size', '32', *flags, 'hello world', 'abc'],
+                                        capture_output=True, text=True, timeout=600)
+    one, two = run(), run('--tensor-parallel-size', '2')
+    assert one.returncode == 0 and two.returncode == 0, (one.stderr[-1500:], two.stderr[-1500:])
+    assert [json.loads(l)['token_ids'] for l in two.stdout.splitlines()] == [json.loads(l)['token_ids'] for l in one.stdout.splitlines()]
