@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument('--port', type=int, default=8000)
     sv.add_argument('--api-key', default=None, help='require "Authorization: Bearer KEY" on /v1 endpoints')
     sv.add_argument('--max-waiting', type=int, default=None, help='refuse (503) when this many requests already wait')
-    sv.add_argument('--max-tokens-default', type=int, default=16, help='max_tokens of a request that gives none (default 16)')
+    sv.add_argument('--max-tokens-default', type=int, default=None,
+                    help="max_tokens of a request that gives none (default: OpenAI's, the rest of the context for chat, 16 for completions)")
+    sv.add_argument('--generation-config', default='auto', metavar='auto|none|DIR',
+                    help="default sampling from the model's generation_config.json (auto, the default), the API's (none), or DIR's file")
     sv.add_argument('--log-level', default='warning', help='uvicorn log level')
     add_engine_flags(sv)
     b = sub.add_parser('bench', help='benchmarks')
