@@ -60,11 +60,11 @@ def gguf_config(reader) -> dict:
             'pad_token_id': _field(reader, 'tokenizer.ggml.padding_token_id'), 'torch_dtype': 'float32'}
 
 # %% ../nbs/07_gguf.ipynb #e2d5d5d7
-def gguf_state_dict(reader, config: dict) -> dict[str, torch.Tensor]:
-    "Dequantized float32 tensors under transformers names, q/k rows un-permuted."
+def gguf_state_dict(reader, config: dict, progress=None) -> dict[str, torch.Tensor]:
+    "Dequantized float32 tensors under transformers names, q/k rows un-permuted; `progress` wraps the tensors' iterable (a tqdm bar)."
     from gguf.quants import dequantize
     sd = {}
-    for t in reader.tensors:
+    for t in (progress or iter)(reader.tensors):
         w = torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32, copy=True))
         w = w.reshape(tuple(int(d) for d in reversed(t.shape)))
         name = hf_tensor_name(t.name)
@@ -94,8 +94,8 @@ def gguf_tokenizer(reader):
     return tok
 
 # %% ../nbs/07_gguf.ipynb #9c4d7702
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
-    "Write a transformers checkpoint directory for the llama GGUF at `gguf_path` into `out_dir`."
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress=None) -> Path:
+    "Write a transformers checkpoint directory for the llama GGUF at `gguf_path` into `out_dir` (`progress`: see `gguf_state_dict`)."
     from gguf import GGUFReader
     reader, out = GGUFReader(str(gguf_path)), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     tokens = _field(reader, 'tokenizer.ggml.tokens')
     name = lambda key: None if (i := config.get(key)) is None else tokens[i]
     unk = _field(reader, 'tokenizer.ggml.unknown_token_id')
-    save_file(gguf_state_dict(reader, config), str(out/'model.safetensors'), metadata={'format': 'pt'})
+    save_file(gguf_state_dict(reader, config, progress), str(out/'model.safetensors'), metadata={'format': 'pt'})
     tok.save(str(out/'tokenizer.json'))
     tok_cfg = {'tokenizer_class': 'PreTrainedTokenizerFast', 'bos_token': name('bos_token_id'), 'eos_token': name('eos_token_id'),
                'pad_token': name('pad_token_id'), 'unk_token': None if unk is None else tokens[unk],
