@@ -400,9 +400,10 @@ def openapi_schema() -> dict:
 
 def request_defaults_info(default_max_tokens: int | None, defaults: dict) -> dict:
     "What /health and /v1/models say a request that leaves fields out gets."
-    cap = defaults.get('max_tokens')
-    chat = default_max_tokens if default_max_tokens is not None else 'the rest of the context' + (f', at most {cap}' if cap else '')
-    done = min(x for x in (default_max_tokens if default_max_tokens is not None else 16, cap) if x)
+    cap = defaults.get('max_tokens')                       # generation_config's max_new_tokens caps whichever default applies
+    capped = lambda n: min(n, cap) if cap else n
+    chat = capped(default_max_tokens) if default_max_tokens is not None else 'the rest of the context' + (f', at most {cap}' if cap else '')
+    done = capped(default_max_tokens if default_max_tokens is not None else 16)
     return {'max_tokens': {'chat': chat, 'completions': done}, 'sampling': {k: v for k, v in defaults.items() if k != 'max_tokens'}}
 
 def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | None = None, max_waiting: int | None = None,
