@@ -63,11 +63,11 @@ def gguf_config(reader) -> dict:
             'pad_token_id': _field(reader, 'tokenizer.ggml.padding_token_id'), 'torch_dtype': 'float32'}
 
 # %% ../nbs/07_gguf.ipynb #e2d5d5d7
-def gguf_state_dict(reader, config: dict) -> dict[str, torch.Tensor]:
-    "Dequantized float32 tensors under transformers names, q/k rows un-permuted."
+def gguf_state_dict(reader, config: dict, progress=None) -> dict[str, torch.Tensor]:
+    "Dequantized float32 tensors under transformers names, q/k rows un-permuted; `progress` wraps the tensors' iterable (a tqdm bar)."
     from gguf.quants import dequantize
     sd = {}
-    for t in reader.tensors:
+    for t in (progress or iter)(reader.tensors):
         w = torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32, copy=True))
         w = w.reshape(tuple(int(d) for d in reversed(t.shape)))
         name = hf_tensor_name(t.name)
@@ -96,12 +96,12 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
     "The inverse of `pack_nibbles`: [out, in / 2] uint8 -> codes [out, in] uint8."
     return torch.stack([packed & 15, packed >> 4], -1).reshape(packed.shape[0], -1)
 
-def gguf_int4_state_dicts(reader, config: dict) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def gguf_int4_state_dicts(reader, config: dict, progress=None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     "The floating-point tensors (norms float32, the rest float16) and the projections' int4 codes, scales and mins, rows un-permuted."
     import gguf
     from gguf.quants import dequantize, quantize
     floats, int4 = {}, {}
-    for t in reader.tensors:
+    for t in (progress or iter)(reader.tensors):
         name, shape = hf_tensor_name(t.name), tuple(int(d) for d in reversed(t.shape))
         if not name.endswith('.weight') or name.split('.', 3)[-1][:-len('.weight')] not in QUANTIZED_PROJECTIONS:
             w = torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32, copy=True)).reshape(shape)
@@ -144,8 +144,8 @@ def gguf_tokenizer(reader):
     return tok
 
 # %% ../nbs/07_gguf.ipynb #9c4d7702
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path, quantization: str = 'none') -> Path:
-    "Write a transformers checkpoint directory for the llama GGUF at `gguf_path` into `out_dir`: float32, or ('int4') its projections' Q4_1 blocks re-packed."
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, quantization: str = 'none', progress=None) -> Path:
+    "Write a transformers checkpoint directory for the llama GGUF at `gguf_path` into `out_dir`: float32, or ('int4') its projections' Q4_1 blocks re-packed (`progress`: see `gguf_state_dict`)."
     if quantization not in ('none', 'int4'):
         raise PullError(f"a GGUF converts to quantization 'none' (float32) or 'int4' (its Q4_1 blocks), not {quantization!r}")
     from gguf import GGUFReader
@@ -157,10 +157,10 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, quantization: str =
     name = lambda key: None if (i := config.get(key)) is None else tokens[i]
     unk = _field(reader, 'tokenizer.ggml.unknown_token_id')
     if quantization == 'int4':
-        floats, int4 = gguf_int4_state_dicts(reader, config)
+        floats, int4 = gguf_int4_state_dicts(reader, config, progress)
         save_file(int4, str(out/INT4_FILE), metadata={'format': 'pt'})
         config.update(quantization_config=int4_quantization_config(), torch_dtype='float16')
-    else: floats = gguf_state_dict(reader, config)
+    else: floats = gguf_state_dict(reader, config, progress)
     save_file(floats, str(out/'model.safetensors'), metadata={'format': 'pt'})
     tok.save(str(out/'tokenizer.json'))
     tok_cfg = {'tokenizer_class': 'PreTrainedTokenizerFast', 'bos_token': name('bos_token_id'), 'eos_token': name('eos_token_id'),

@@ -15,6 +15,7 @@ from .engine import Engine, EngineConfig, load_parts, make_cache, with_checkpoin
 from .parallel import ranks_released_on_error
 from .async_engine import AsyncEngine
 from .serve import health_payload, serve_engine
+from .protocol import generation_defaults
 from .compile import compile_layers
 from .buckets import row_buckets, width_buckets
 from .capture import CapturedDecode, CaptureError, RECORDERS, make_recorder, check_all_shapes_captured
@@ -232,12 +233,14 @@ def boot_lines(engine: Engine, model_name: str) -> list[str]:
 
 # %% ../nbs/56_launch.ipynb #48f42a5d
 def build_app(model: str | None = None, config: EngineConfig | None = None, served_model_name: str | None = None, api_key: str | None = None,
-              max_waiting: int | None = None, max_tokens_default: int = 16, log=print, batch=None, quantize=None, **kw):
+              max_waiting: int | None = None, max_tokens_default: int | None = None, log=print, batch=None, quantize=None,
+              generation_config: str = 'auto', **kw):
     "Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, async_engine)."
     from nanoserve.pull import resolve_model
     config = check_capture_settings(replace(config or EngineConfig(), **kw))
     path = resolve_model(model, log=log, quantization=config.quantization, group_size=config.quant_group_size)
     config = with_checkpoint_quantization(path, config)
+    defaults = generation_defaults(generation_config, path)                      # a bad generation_config.json is refused before the model loads
     if config.uses_persistent_batch and batch is None or config.quantization != 'none' and quantize is None:
         build_engine(path, config, batch=batch, quantize=quantize)                   # refused here, on this thread, before anything loads
     aeng = AsyncEngine(build=lambda: build_engine(path, config, batch=batch, quantize=quantize))      # built, planned and warmed on the thread that will step it
@@ -245,7 +248,7 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
     info = boot_info(aeng.engine, name)
     try: check_boot_info(info, aeng.engine)
     except BootUnsound: aeng.shutdown(); raise
-    return serve_engine(aeng, name, info, api_key, max_waiting, max_tokens_default)
+    return serve_engine(aeng, name, info, api_key, max_waiting, max_tokens_default, defaults)
 
 def serve(args, batch=None, quantize=None) -> int:
     "The `nanoserve serve` command: boot, print what was built, serve with uvicorn; `batch`: Day 58's part (the command line passes it)."
@@ -256,8 +259,12 @@ def serve(args, batch=None, quantize=None) -> int:
     path = resolve_model(args.model, log=log, quantization=config.quantization, group_size=config.quant_group_size)
     pulled = find_source(args.model) if not Path(args.model).expanduser().is_dir() else None
     name = args.served_model_name or (pulled.name if pulled else Path(path).name)     # a pulled model is served by its name, int4 pull or not
-    app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log, batch=batch, quantize=quantize)
+    app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log, batch=batch, quantize=quantize,
+                          generation_config=getattr(args, 'generation_config', 'auto'))
     for line in boot_lines(aeng.engine, name): log(line)
+    d = app.state.served.health['request_defaults']
+    log(f"request defaults: max_tokens {d['max_tokens']['chat']} (chat), {d['max_tokens']['completions']} (completions); "
+        f"sampling {d['sampling'] or 'the API defaults'} (--generation-config {getattr(args, 'generation_config', 'auto')})")
     try:
         sock = socket.create_server((args.host, args.port))       # bound here, so that --port 0 can say which port the OS chose
         port = sock.getsockname()[1]

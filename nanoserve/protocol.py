@@ -4,17 +4,20 @@
 
 # %% ../nbs/31_protocol.ipynb #ff069e8b
 from __future__ import annotations
+import json
+from pathlib import Path
 from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
-from .core import RequestError
+from .core import RequestError, ConfigError
 from .sampling import SamplingParams
 from .grammar import Structured
 from .tools import as_hermes, check_history_calls
 
 # %% auto #0
-__all__ = ['UNSUPPORTED', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatRequest', 'TokenizeRequest',
-           'DetokenizeRequest', 'UnsupportedField', 'check_unsupported', 'not_text', 'check_text', 'content_text',
-           'chat_messages', 'prompts_of', 'structured_of', 'sampling_params']
+__all__ = ['UNSUPPORTED', 'GENERATION_FIELDS', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatRequest',
+           'TokenizeRequest', 'DetokenizeRequest', 'UnsupportedField', 'check_unsupported', 'not_text', 'check_text',
+           'generation_defaults', 'with_defaults', 'request_max_tokens', 'content_text', 'chat_messages', 'prompts_of',
+           'structured_of', 'sampling_params']
 
 # %% ../nbs/31_protocol.ipynb #1e3194e8
 class StreamOptions(BaseModel):
@@ -163,6 +166,38 @@ def check_text(body: BaseModel):
         e = RequestError(f"{bad} holds a lone UTF-16 surrogate, which is not a Unicode character: send valid UTF-8 text"); e.param = bad
         raise e
 
+# %% ../nbs/31_protocol.ipynb #ff9eb486
+GENERATION_FIELDS = {'temperature': 'temperature', 'top_p': 'top_p', 'top_k': 'top_k', 'min_p': 'min_p',
+                     'repetition_penalty': 'repetition_penalty', 'max_new_tokens': 'max_tokens'}   # generation_config.json -> SamplingParams
+
+def generation_defaults(source: str | Path | None, model_dir: str | Path) -> dict:
+    "`--generation-config`: 'auto' reads the model directory's generation_config.json, 'none' gives {}, a directory reads its own file."
+    source = str(source or 'none')
+    if source == 'none': return {}
+    d = Path(model_dir) if source == 'auto' else Path(source).expanduser()
+    if source != 'auto' and not d.is_dir():
+        raise ConfigError(f"--generation-config {source!r}: not 'auto', 'none' or a directory holding generation_config.json")
+    f = d/'generation_config.json'
+    if not f.is_file(): return {}
+    try: raw = json.loads(f.read_text())
+    except (OSError, ValueError) as e: raise ConfigError(f"{f} is not valid JSON ({e}); fix it or pass --generation-config none") from None
+    out = {ours: raw[theirs] for theirs, ours in GENERATION_FIELDS.items() if raw.get(theirs) is not None}
+    try: SamplingParams(**out)
+    except RequestError as e: raise ConfigError(f"{f}: {e}; fix the file or pass --generation-config none") from None
+    return out
+
+def with_defaults(body: _Sampling, defaults: dict | None) -> _Sampling:
+    "`body` with each sampling field it did not send taken from `defaults` (max_tokens is `request_max_tokens`'s business)."
+    fill = {k: v for k, v in (defaults or {}).items() if k != 'max_tokens' and k not in body.model_fields_set}
+    return body.model_copy(update=fill) if fill else body
+
+def request_max_tokens(body: _Sampling, defaults: dict | None = None, server_default: int | None = None, room: int | None = None) -> int:
+    """max_tokens for a body that sends none: --max-tokens-default when the operator set one, else the API's (16 for completions,
+    the `room` left in the context for chat), capped by generation_config's max_new_tokens."""
+    base = server_default if server_default is not None else room if isinstance(body, ChatRequest) and room is not None else 16
+    if cap := (defaults or {}).get('max_tokens'): base = min(base, cap)
+    return max(1, base)
+
 # %% ../nbs/31_protocol.ipynb #42985ae0
 def content_text(content, where: str) -> str:
     "A message's content as text: a string as it is, text parts joined by newlines; any other part is refused."
@@ -219,8 +254,10 @@ def structured_of(body: _Sampling, forced: Structured | None = None) -> Structur
     if len(asked) > 1: raise RequestError(f"ask for one output constraint at most, got {' and '.join(asked)}")
     return next(iter(asked.values()), None)
 
-def sampling_params(body: _Sampling, index: int, default_max_tokens: int, structured: Structured | None = None) -> SamplingParams:
-    "The engine's params for choice `index` of `body` (n > 1 with a seed: seed + index, so the choices differ)."
+def sampling_params(body: _Sampling, index: int, default_max_tokens: int, structured: Structured | None = None,
+                    defaults: dict | None = None) -> SamplingParams:
+    "The engine's params for choice `index` of `body` (n > 1 with a seed: seed + index, so the choices differ); `defaults` fill the sampling fields the body left out."
+    body = with_defaults(body, defaults)
     logprobs = body.logprobs if isinstance(body, CompletionRequest) else (body.top_logprobs or 0) if body.logprobs else None
     max_tokens = getattr(body, 'max_completion_tokens', None) or body.max_tokens or default_max_tokens
     return SamplingParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,

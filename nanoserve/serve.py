@@ -24,9 +24,9 @@ def health_payload(engine: Engine, model_name: str) -> dict:
                         'bytes': weight_bytes(engine.model)}}
 
 def serve_engine(engine: Engine | AsyncEngine, model_name: str, health: dict | None = None, api_key: str | None = None,
-                 max_waiting: int | None = None, max_tokens_default: int = 16):
+                 max_waiting: int | None = None, max_tokens_default: int | None = None, defaults: dict | None = None):
     "Engine -> AsyncEngine (its loop starts here, unless it is handed one already) -> FastAPI app; returns (app, async_engine)."
     aeng = engine if isinstance(engine, AsyncEngine) else AsyncEngine(engine)
     engine = aeng.engine
-    app = create_app(aeng, model_name, health or health_payload(engine, model_name), api_key, max_waiting, default_max_tokens=max_tokens_default)
+    app = create_app(aeng, model_name, health or health_payload(engine, model_name), api_key, max_waiting, default_max_tokens=max_tokens_default, defaults=defaults)
     return app, aeng

