@@ -146,7 +146,7 @@ def cmd_chat(args) -> int:
     from nanoserve.batch import PersistentBatch
     from nanoserve.quant import quantize_model
     config = config_from_args(args)
-    path = resolve_model(args.model or DEFAULT_MODEL, log=say, quantization=config.quantization, group_size=config.quant_group_size)
+    path = resolve_model(args.model or DEFAULT_MODEL, log=say, quantization=config.quantization, group_size=config.quant_group_size, tensor_parallel_size=config.tensor_parallel_size)
     sampling = {**generation_defaults(args.generation_config, path), **mine}      # the user's flags win over the model's file
     engine = build_engine(path, config, batch=PersistentBatch, quantize=quantize_model)
     say(f"chatting with {path.name} offline ({sampling or 'API defaults'}); {', '.join(COMMANDS)}")

@@ -22,9 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument('name', nargs='?', default=DEFAULT_MODEL, help=f'model to pull (default: {DEFAULT_MODEL})')
     pl.add_argument('--force', action='store_true', help='convert again even if the model is already in the cache')
     pl.add_argument('--verify', action='store_true', help='re-hash every file against the manifest')
-    pl.add_argument('--quantization', choices=('none', 'int4'), default='none',
+    pl.add_argument('--quantization', default='none',
                     help="int4: keep the GGUF's 4-bit blocks (Q4_1: codes, a float16 scale and minimum per 32 inputs) instead of float32 weights; "
-                         "serve/generate --quantization int4 then load them (default: none)")
+                         "serve/generate --quantization int4 then load them (none or int4; default: none)")
     g = sub.add_parser('generate', help='complete prompts (all together, through the engine) and print the results')
     g.add_argument('prompts', nargs='*', metavar='PROMPT', help='prompt text (one completion per prompt)')
     g.add_argument('--prompts-file', help='JSON lines: {"prompt": ...} or {"messages": [...]}, with optional sampling fields')
@@ -124,7 +124,8 @@ def cmd_generate(args) -> int:
     from nanoserve.batch import PersistentBatch
     config = config_from_args(args)                                          # validated before the model loads
     from nanoserve.quant import quantize_model
-    engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr), quantization=args.quantization, group_size=args.quant_group_size), config, batch=PersistentBatch, quantize=quantize_model)
+    engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr), quantization=args.quantization, group_size=args.quant_group_size,
+                                       tensor_parallel_size=args.tensor_parallel_size), config, batch=PersistentBatch, quantize=quantize_model)
     try: outs = engine.generate([p for p, _, _ in items], params, use_tqdm=len(items) > 1 and sys.stderr.isatty())
     finally: engine.close()                                                   # --tensor-parallel-size: the other ranks stop
     for (_, _, label), o in zip(items, outs):
@@ -157,8 +158,15 @@ def cmd_bench(args) -> int:
     try: lo, hi = map(int, args.prompt_len.split(':'))
     except ValueError: raise RequestError(f"--prompt-len must be MIN:MAX, got {args.prompt_len!r}") from None
     say = lambda m: print(m, file=sys.stderr)
-    path, rows = resolve_model(args.model, log=say, quantization=args.quantization, group_size=args.quant_group_size), []
-    peer_path = resolve_model(args.model, log=say)          # the peers read float weights (an int4 pull is nanoserve's own format)
+    path, rows = resolve_model(args.model, log=say, quantization=args.quantization, group_size=args.quant_group_size,
+                               tensor_parallel_size=args.tensor_parallel_size), []
+    peer_path = None
+    if args.compare_transformers or args.compare_vllm:   # the peers read float weights (an int4 pull is nanoserve's own format)
+        from nanoserve.engine import int4_checkpoint_group
+        from nanoserve.core import ConfigError
+        if int4_checkpoint_group(peer_path := resolve_model(args.model, log=say)) is not None:
+            raise ConfigError(f"--compare-transformers and --compare-vllm load float weights, and {peer_path} is an int4 checkpoint: pass its "
+                              "float checkpoint (or the default model's name) as --model, with --quantization int4")
     from nanoserve.parallel import rank_from_env
     from nanoserve.core import ConfigError
     if args.tensor_parallel_size > 1 and args.batch1_requests and rank_from_env() is not None:

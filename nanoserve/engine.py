@@ -177,8 +177,8 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
         return model, tokenizer, stop_ids_for(path, model, tokenizer)
 
 def int4_checkpoint_group(model: str | Path | CausalLM) -> int | None:
-    "The group size of an int4 checkpoint (Day 07's `pull --quantization int4`) whose codes are still to load, given its directory or model; else None."
-    if isinstance(model, CausalLM): return model.config.quant_group_size if getattr(model, 'int4_checkpoint', None) else None
+    "The group size of an int4 checkpoint (Day 07's `pull --quantization int4`), given its directory or a model loaded from it (codes loaded or not); else None."
+    if isinstance(model, CausalLM): return model.config.quant_group_size
     return ModelConfig.from_dir(model).quant_group_size if (Path(model)/'config.json').is_file() else None
 
 def with_checkpoint_quantization(model: str | Path | CausalLM, config: EngineConfig) -> EngineConfig:

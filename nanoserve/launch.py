@@ -238,7 +238,7 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
     "Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, async_engine)."
     from nanoserve.pull import resolve_model
     config = check_capture_settings(replace(config or EngineConfig(), **kw))
-    path = resolve_model(model, log=log, quantization=config.quantization, group_size=config.quant_group_size)
+    path = resolve_model(model, log=log, quantization=config.quantization, group_size=config.quant_group_size, tensor_parallel_size=config.tensor_parallel_size)
     config = with_checkpoint_quantization(path, config)
     defaults = generation_defaults(generation_config, path)                      # a bad generation_config.json is refused before the model loads
     if config.uses_persistent_batch and batch is None or config.quantization != 'none' and quantize is None:
@@ -256,7 +256,7 @@ def serve(args, batch=None, quantize=None) -> int:
     from nanoserve.pull import resolve_model, find_source
     log = lambda m: print(m, file=sys.stderr, flush=True)
     config = config_from_args(args)                                     # refused here, before anything loads
-    path = resolve_model(args.model, log=log, quantization=config.quantization, group_size=config.quant_group_size)
+    path = resolve_model(args.model, log=log, quantization=config.quantization, group_size=config.quant_group_size, tensor_parallel_size=config.tensor_parallel_size)
     pulled = find_source(args.model) if not Path(args.model).expanduser().is_dir() else None
     name = args.served_model_name or (pulled.name if pulled else Path(path).name)     # a pulled model is served by its name, int4 pull or not
     app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log, batch=batch, quantize=quantize,

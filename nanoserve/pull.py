@@ -186,14 +186,16 @@ def dir_bytes(d: Path) -> int:
     return sum(p.stat().st_size for p in Path(d).iterdir() if p.is_file())
 
 # %% ../nbs/07_pull.ipynb #4487d30a
-def resolve_model(model: str | Path | None = None, log=print, quantization: str = 'none', group_size: int | None = None) -> Path:
+def resolve_model(model: str | Path | None = None, log=print, quantization: str = 'none', group_size: int | None = None,
+                  tensor_parallel_size: int = 1) -> Path:
     """A model directory for `--model`: an existing directory as is, a pullable name pulled if needed. With `--quantization int4` (and no other
-    group size than Q4_1's 32) a pullable name resolves to its int4 pull, so the default model never needs its float32 copy."""
+    group size than Q4_1's 32, and one process: ranks quantize float shards) a pullable name resolves to its int4 pull, so the default model
+    never needs its float32 copy."""
     model = str(model or DEFAULT_MODEL)
     p = Path(model).expanduser()
     if p.is_dir(): return p
     if find_source(model):
-        keep4 = quantization == 'int4' and group_size in (None, Q4_1_BLOCK)
+        keep4 = quantization == 'int4' and group_size in (None, Q4_1_BLOCK) and tensor_parallel_size == 1
         return pull(model, log=log, quantization='int4' if keep4 else 'none')
     raise ModelNotFound(f"--model {model!r} is neither a directory nor a model nanoserve can pull "
                         f"({', '.join(SOURCES)}); pass a local Hugging Face model directory")

@@ -121,12 +121,14 @@ def load_int4_layers(model: CausalLM, mode: str = 'int4', group_size: int | None
         raise ConfigError(f"{path.parent} is an int4 checkpoint in groups of {g} (nanoserve pull --quantization int4), served as it is: "
                           f"drop --quantization {mode}{f' --quant-group-size {group_size}' if group_size else ''}, or quantize its float checkpoint instead")
     if model.device.type != 'cpu': raise ConfigError("an int4 checkpoint runs PyTorch's CPU int4 kernel: use --device cpu")
+    again = "pull it again: nanoserve pull --quantization int4 --force"
     try: h = safe_open(str(path), framework='pt', device='cpu')
-    except Exception as e: raise WeightsError(f"{path} is missing or not a readable safetensors file ({e}): pull the model again") from None
+    except Exception as e: raise WeightsError(f"{path} is missing or not a readable safetensors file ({e}): {again}") from None
     def part(name: str, kind: str) -> torch.Tensor:
         try: return h.get_tensor(f'{name}.{kind}')
-        except Exception: raise WeightsError(f"{path.name} has no {name}.{kind}: pull the model again") from None
-    with torch.no_grad():
+        except Exception: raise WeightsError(f"{path.name} has no {name}.{kind}: {again}") from None
+    built = []                                         # every layer is built before any is swapped in: a bad file leaves the model as it was
+    with h, torch.no_grad():
         for i, layer in enumerate(model.model.layers):
             for block_name in ('self_attn', 'mlp'):
                 block = getattr(layer, block_name)
@@ -138,7 +140,8 @@ def load_int4_layers(model: CausalLM, mode: str = 'int4', group_size: int | None
                     zero = torch.cat([part(n, 'mins') for n in names]).float() + 8 * scale
                     if q.shape != mod.weight.shape or scale.shape != (q.shape[0], q.shape[1] // g):
                         raise WeightsError(f"{names[0]} in {path.name}: codes {tuple(q.shape)}, scales {tuple(scale.shape)}; the model "
-                                           f"expects {tuple(mod.weight.shape)} in groups of {g}")
-                    setattr(block, name, Int4Linear.from_codes(q, scale, zero, mod.bias, g))
+                                           f"expects {tuple(mod.weight.shape)} in groups of {g}: {again}")
+                    built.append((block, name, Int4Linear.from_codes(q, scale, zero, mod.bias, g)))
+    for block, name, layer in built: setattr(block, name, layer)
     model.int4_checkpoint, model.quantization, model.quant_group_size = None, 'int4', g
     return model

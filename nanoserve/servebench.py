@@ -195,7 +195,9 @@ def cmd_bench_serve(args) -> int:
         plan = make_plan(args.num_requests, parse_lengths(args.input_len), parse_lengths(args.output_len), kind=args.kind,
                          seed=args.seed, temperature=args.temperature, tokenizer=tok)
     if args.save_plan: plan.save(args.save_plan)
-    server = nullcontext((args.url, 0.0)) if args.url else spawn_server(path, *shlex.split(args.serve_args), cpus=args.cpus)
+    # a pullable name goes to the server as a name, so that its own flags pick the pull (--quantization int4: the int4 pull, Day 07)
+    target = path if path is None or (args.model and Path(args.model).expanduser().is_dir()) else (args.model or path.name)
+    server = nullcontext((args.url, 0.0)) if args.url else spawn_server(target, *shlex.split(args.serve_args), cpus=args.cpus)
     t0 = time.monotonic()
     with server as (url, boot):
         if not args.url: log(f"server up at {url} in {boot:.1f} s")

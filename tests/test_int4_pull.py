@@ -72,8 +72,17 @@ def test_loads_without_float_projections_and_computes_what_the_float_pull_does(i
     ref, got = logits(speed_up(load_model(default_model))), logits(m)
     assert torch.nn.functional.cosine_similarity(got, ref, -1).min() > 0.999 and torch.equal(got.argmax(-1), ref.argmax(-1))
 
-def test_generate_by_name_uses_the_int4_pull_and_answers_paris(int4_dir):
-    "`--quantization int4` on the default model's name resolves to its int4 pull (groups of 32), not to quantizing the float pull at load."
+def test_the_name_resolves_to_the_int4_pull_only_where_it_serves(int4_dir, default_model):
+    "`--quantization int4` on the default model's name means its int4 pull, unless another group size or tensor parallelism asks for the float one."
+    from nanoserve.pull import resolve_model
+    quiet = lambda m: None
+    assert resolve_model(DEFAULT_MODEL, quiet, quantization='int4') == int4_dir
+    assert resolve_model(DEFAULT_MODEL, quiet, quantization='int4', group_size=32) == int4_dir
+    assert resolve_model(DEFAULT_MODEL, quiet, quantization='int4', group_size=64) == default_model
+    assert resolve_model(DEFAULT_MODEL, quiet, quantization='int4', tensor_parallel_size=3) == default_model
+    assert resolve_model(DEFAULT_MODEL, quiet, quantization='int8') == default_model
+
+def test_generate_by_name_answers_paris(int4_dir):
     r = subprocess.run([NANOSERVE, 'generate', '--chat', '--json', '--max-tokens', '24', '--quantization', 'int4', CHAT],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -97,6 +106,31 @@ def test_refusals(int4_dir, tiny):
     with pytest.raises(ConfigError, match='pass the float checkpoint with --quantization int4'):
         build_engine(int4_dir, tensor_parallel_size=3, quantize=quantize_model)
     r = subprocess.run([NANOSERVE, 'pull', '--quantization', 'int8'], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "invalid choice: 'int8'" in r.stderr
+    assert r.returncode == 2 and 'for int8, pull without --quantization and serve with --quantization int8' in r.stderr, r.stderr
     r = subprocess.run([NANOSERVE, 'generate', '--model', str(int4_dir), '--quantization', 'int8', 'hi'], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and 'is an int4 checkpoint in groups of 32' in r.stderr, r.stderr
+    r = subprocess.run([NANOSERVE, 'bench', 'offline', '--model', str(int4_dir), '--compare-transformers', '--num-requests', '2'],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and 'is an int4 checkpoint: pass its float checkpoint' in r.stderr, r.stderr
+
+def test_an_engine_built_over_a_loaded_int4_model(int4_dir):
+    "A second engine over the first one's loaded int4 model (what `bench offline` does for batch 1) serves it as int4, with no --quantization."
+    first = build_engine(int4_dir, dtype='bfloat16', max_batch_size=4, quantize=quantize_model)
+    second = build_engine(first.model, tokenizer=first.tokenizer, dtype='bfloat16', max_batch_size=1, quantize=quantize_model)
+    assert (second.config.quantization, second.config.quant_group_size, second.model.quantization) == ('int4', 32, 'int4')
+
+def test_a_damaged_int4_file_is_refused_and_changes_nothing(int4_dir, tmp_path):
+    "A missing tensor: a WeightsError that says how to repair the pull, raised before any layer was swapped."
+    from safetensors.torch import load_file, save_file
+    from nanoserve.core import WeightsError
+    from nanoserve.fast import FastLinear
+    import shutil
+    bad = tmp_path/'int4'
+    shutil.copytree(int4_dir, bad)
+    codes = load_file(bad/'model-int4.safetensors')
+    del codes['model.layers.29.mlp.down_proj.scales']                         # the last layer's: every other one would load
+    save_file(codes, str(bad/'model-int4.safetensors'))
+    m = speed_up(load_model(bad))
+    with pytest.raises(WeightsError, match=r'no model.layers.29.mlp.down_proj.scales: pull it again: nanoserve pull --quantization int4 --force'):
+        quantize_model(m, 'int4')
+    assert all(isinstance(l.self_attn.qkv_proj, FastLinear) for l in m.model.layers) and m.int4_checkpoint is not None
