@@ -1,5 +1,5 @@
 "`nanoserve chat` driven as a user drives it: lines on its stdin (two turns, /reset, /quit), offline and against a live server with --url; and through a pseudo-terminal."
-import os, pty, select, subprocess, sys
+import os, pty, select, signal, subprocess, sys
 from pathlib import Path
 import pytest
 from nanoserve.tiny import tiny_checkpoint, CHAT_SPECIALS
@@ -74,6 +74,9 @@ def test_through_a_pseudo_terminal(chat_model, expected):
         read_until(first + b'\r\n> ')                 # the answer, then the next prompt
         os.write(fd, b'/quit\n')
         read_until(b'\x00')                           # no such byte: read until the child exits and the terminal closes
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)                  # a failed wait leaves no chat process behind (and waitpid below cannot hang)
+        raise
     finally:
         _, status = os.waitpid(pid, 0)
         os.close(fd)
