@@ -58,7 +58,7 @@ def _expand_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
 def window_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: torch.Tensor, mask: torch.Tensor,
                      new_k: torch.Tensor | None = None, new_v: torch.Tensor | None = None) -> torch.Tensor:
     """Decode attention of R rows, one query token each ([R, heads, D]), over K/V gathered from a pool ([slots, kv_heads, D]) through
-    `win` ([R * W] slots); `mask` [R, W'] says what each row sees; `new_k`/`new_v` [R, kv_heads, D], when given, are appended (the
+    `win` ([R * W] slots); `mask` [R, W'] says what each row sees (boolean, or added to the scores: 0 or -inf in q's dtype); `new_k`/`new_v` [R, kv_heads, D], when given, are appended (the
     step's own token, not yet in the pool). Grouped-query attention without copying K/V: a KV head's query heads are its "queries"."""
     R, kvh, D = mask.shape[0], kc.shape[1], kc.shape[2]
     K, V = kc.index_select(0, win).view(R, -1, kvh, D), vc.index_select(0, win).view(R, -1, kvh, D)     # [R, W, kv_heads, D]
@@ -70,18 +70,27 @@ class PagedAttention(AttentionBackend):
     "Attention over a `KVCache` for one step described by `AttentionMetadata`."
     def __init__(self, cache: KVCache, meta: AttentionMetadata):
         self.cache, self.meta = cache, meta
+        self._window = None      # the decodes' (slots, mask), found by the first layer and read by every other one
+
+    def decode_window(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decodes' window, the same for every layer of the step: slots [nd * width] (width the longest context) and the mask
+        [nd, width] as SDPA would make it from a boolean one (0 where a row sees the key, -inf past its context), made once."""
+        if self._window is None:
+            m = self.meta
+            width = int(m.decode_context.max())
+            win = self.cache.slots[m.decode_rows, :width].to(torch.int64).clamp_(min=0).flatten()   # [nd * width]
+            seen = torch.arange(width) < m.decode_context[:, None]
+            self._window = win, torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float('-inf'))
+        return self._window
 
     @torch.compiler.disable          # eager even inside compiled layers (Day 49): its shapes change every step
     def attend(self, layer, q, k, v):
         m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
-        n = m.num_tokens
+        n, nd = m.num_tokens, m.num_decodes
         kc.index_copy_(0, m.slot_mapping, k[:n]); vc.index_copy_(0, m.slot_mapping, v[:n])
+        if nd and nd == len(m.chunks) and nd == q.shape[0]: return window_attention(q, kc, vc, *self.decode_window(q.dtype))   # decodes only
         out = torch.zeros_like(q)
-        groups = q.shape[1] // k.shape[1]
-        if nd := m.num_decodes:
-            width = int(m.decode_context.max())
-            win = self.cache.slots[m.decode_rows, :width].to(torch.int64).clamp_(min=0).flatten()   # [nd * width]
-            out[:nd] = window_attention(q[:nd], kc, vc, win, torch.arange(width) < m.decode_context[:, None])
+        if nd: out[:nd] = window_attention(q[:nd], kc, vc, *self.decode_window(q.dtype))
         for c in m.chunks[nd:]:
             idx = self.cache.slots[c.row, :c.context_len].to(torch.int64)
             out[c.start:c.start + c.num_tokens] = sdpa_reference(q[c.start:c.start + c.num_tokens], kc[idx], vc[idx])

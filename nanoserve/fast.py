@@ -74,9 +74,10 @@ class FusedAttention(nn.Module):
         self.o_proj = FastLinear.of(a.o_proj, one_row=one_row)
 
     def forward(self, x, positions, rotary: RotaryEmbedding, attn: AttentionBackend):   # x: [num_tokens, hidden]
-        n = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(self.sizes, -1)
-        q, k = rotary(positions, q.view(n, self.num_heads, self.head_dim), k.view(n, self.num_kv_heads, self.head_dim))
+        n, H, K = x.shape[0], self.num_heads, self.num_kv_heads
+        qk, v = self.qkv_proj(x).split([self.sizes[0] + self.sizes[1], self.sizes[2]], -1)
+        qk, = rotary(positions, qk.view(n, H + K, self.head_dim))     # q's and k's heads side by side: rotated in one pass
+        q, k = qk.split([H, K], 1)
         return self.o_proj(attn.attend(self.layer, q, k, v.view(n, self.num_kv_heads, self.head_dim)).reshape(n, -1))
 
 class FusedMLP(nn.Module):

@@ -11,7 +11,7 @@ from .core import RequestError
 
 # %% auto #0
 __all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'SamplingParams', 'stop_token_set', 'check_request', 'apply_penalties', 'sample_row',
-           'top_logprobs', 'sample']
+           'top_logprobs', 'plain_greedy', 'sample']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
@@ -125,10 +125,17 @@ def top_logprobs(logits: torch.Tensor, token: int, n: int) -> dict[int, float]:
         out.update({int(t): float(x) for t, x in zip(i, v)})
     return out
 
+def plain_greedy(params: SamplingParams, output_ids: list[int], stop_ids: set[int]) -> bool:
+    "Whether `sample_row` would return the row's argmax whatever the logits: greedy, and nothing that changes them first."
+    return (params.greedy and not params.logit_bias and params.repetition_penalty == 1.0 and not params.presence_penalty
+            and not params.frequency_penalty and not (len(output_ids) < params.min_tokens and stop_ids))
+
 def sample(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: torch.Tensor | None = None) -> list[tuple[int, dict | None]]:
     "One (token, logprobs or None) per row of `logits` [rows, vocab], row i drawn for `requests[i]`; logprobs from `raw` when given (the model's own logits, before a grammar's mask)."
+    plain = [plain_greedy(req.params, req.output_token_ids, stops) for req, stops in zip(requests, stop_ids)]
+    best = logits.float().argmax(-1).tolist() if any(plain) else None       # every plain greedy row at once: an argmax per row
     out = []
     for i, (row, req, stops) in enumerate(zip(logits, requests, stop_ids)):
-        tok = sample_row(row, req.params, req.generator, req.prompt_token_ids, req.output_token_ids, stops)
+        tok = best[i] if plain[i] else sample_row(row, req.params, req.generator, req.prompt_token_ids, req.output_token_ids, stops)
         out.append((tok, None if req.params.logprobs is None else top_logprobs(row if raw is None else raw[i], tok, req.params.logprobs)))
     return out
