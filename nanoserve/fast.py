@@ -11,7 +11,7 @@ from .model import CausalLM, Attention, AttentionBackend
 from .layers import MLP, RotaryEmbedding
 
 # %% auto #0
-__all__ = ['gemv', 'gemv_reference', 'one_row_product', 'FastLinear', 'FusedAttention', 'FusedMLP', 'speed_up']
+__all__ = ['gemv', 'gemv_reference', 'one_row_product', 'packed_linear', 'FastLinear', 'FusedAttention', 'FusedMLP', 'speed_up']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -25,6 +25,17 @@ def one_row_product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode(): return gemv(x.clone(), w.detach())
 
 # %% ../nbs/06_fast.ipynb #c1371631
+@torch.library.custom_op('nanoserve::packed_linear', mutates_args=())
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x @ weight.T + bias through oneDNN's packed copy of `weight` (`weight.packed`, set by `FastLinear.pack`; `F.linear` without one).
+    An operator of its own, so that a compiled decode step calls it as it is: Inductor cannot trace a packed (mkldnn) tensor."""
+    packed = getattr(weight, 'packed', None)
+    if packed is None: return F.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, 'none', [], '')
+
+@packed_linear.register_fake
+def _(x, weight, bias): return x.new_empty(x.shape[0], weight.shape[0])
+
 class FastLinear(nn.Module):
     "A linear layer whose weight may be several concatenated along the outputs: packed oneDNN weights once `pack` ran, else the compiled GEMV for one CPU row."
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, one_row: bool = True):
@@ -34,12 +45,14 @@ class FastLinear(nn.Module):
         self.bias = None if bias is None else param(bias)            # [out]
         self.one_row = one_row
         self.packed = None      # the weight in oneDNN's blocked layout, once `pack` has run (not a parameter: a second copy)
+        self.is_packed = False  # the same, as a plain flag a traced step can read
 
     def pack(self, batch_size: int = 32) -> bool:
         "Reorder the weight once for oneDNN's GEMM (CPU, float32 or bfloat16); eager products at every row count then take it."
         w = self.weight
         if w.device.type != 'cpu' or w.dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available(): return False
         with torch.no_grad(): self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), batch_size)
+        w.packed, self.is_packed = self.packed, True     # beside the weight, where `packed_linear` finds it inside a compiled step
         return True
 
     @classmethod
@@ -55,13 +68,17 @@ class FastLinear(nn.Module):
     def out_features(self) -> int: return self.weight.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:        # x: [rows, in]
-        if torch.compiler.is_compiling(): packed = None            # a traced step sees the plain weight (Inductor fuses the GEMV)
-        else: packed = self.packed
-        if packed is not None and x.shape[0] > 0: return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, self.bias, 'none', [], '')
-        if self.one_row and x.shape[0] == 1 and x.device.type == 'cpu':
-            y = gemv_reference(x, self.weight) if torch.compiler.is_compiling() else one_row_product(x, self.weight)
-            return y if self.bias is None else y + self.bias
+        if torch.compiler.is_compiling():
+            if self.one_row and x.shape[0] == 1 and x.device.type == 'cpu': return self._gemv(x)   # one row: Inductor fuses the GEMV
+            if self.is_packed: return packed_linear(x, self.weight, self.bias)                   # wider: the packed product, as eager
+            return F.linear(x, self.weight, self.bias)
+        if self.packed is not None and x.shape[0] > 0: return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, 'none', [], '')
+        if self.one_row and x.shape[0] == 1 and x.device.type == 'cpu': return self._gemv(x)
         return F.linear(x, self.weight, self.bias)
+
+    def _gemv(self, x: torch.Tensor) -> torch.Tensor:
+        y = gemv_reference(x, self.weight) if torch.compiler.is_compiling() else one_row_product(x, self.weight)
+        return y if self.bias is None else y + self.bias
 
 # %% ../nbs/06_fast.ipynb #2672f6f2
 class FusedAttention(nn.Module):
