@@ -4,16 +4,19 @@
 
 # %% ../nbs/12_attention.ipynb #719e4b80
 from __future__ import annotations
-import math
+import ctypes, hashlib, math, os, platform, subprocess, tempfile, threading, warnings
+from pathlib import Path
 from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from .model import AttentionBackend, sdpa_reference
 from .kvcache import KVCache
+from .core import cache_dir, cpu_flags
 
 # %% auto #0
-__all__ = ['INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk', 'AttentionMetadata', 'build_metadata', 'window_attention',
-           'PagedAttention', 'InvariantPagedAttention']
+__all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk', 'AttentionMetadata',
+           'build_metadata', 'window_attention', 'PagedAttention', 'decode_kernel', 'decode_kernel_error',
+           'kernel_attention', 'InvariantPagedAttention']
 
 # %% ../nbs/12_attention.ipynb #2c0509f4
 @dataclass
@@ -68,8 +71,8 @@ def window_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: t
 
 class PagedAttention(AttentionBackend):
     "Attention over a `KVCache` for one step described by `AttentionMetadata`."
-    def __init__(self, cache: KVCache, meta: AttentionMetadata):
-        self.cache, self.meta = cache, meta
+    def __init__(self, cache: KVCache, meta: AttentionMetadata, kernel: bool = True):
+        self.cache, self.meta, self.kernel = cache, meta, kernel    # kernel: decodes through `kernel_attention` where it applies
         self._window = None      # the decodes' (slots, mask), found by the first layer and read by every other one
 
     def decode_window(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,18 +86,145 @@ class PagedAttention(AttentionBackend):
             self._window = win, torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float('-inf'))
         return self._window
 
+    def decodes(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+        "The decodes' attention over their window: the C kernel where it applies, else gather and SDPA."
+        win, mask = self.decode_window(q.dtype)
+        out = kernel_attention(q, kc, vc, win, self.meta.decode_context) if self.kernel else None
+        return window_attention(q, kc, vc, win, mask) if out is None else out
+
     @torch.compiler.disable          # eager even inside compiled layers (Day 49): its shapes change every step
     def attend(self, layer, q, k, v):
         m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
         n, nd = m.num_tokens, m.num_decodes
         kc.index_copy_(0, m.slot_mapping, k[:n]); vc.index_copy_(0, m.slot_mapping, v[:n])
-        if nd and nd == len(m.chunks) and nd == q.shape[0]: return window_attention(q, kc, vc, *self.decode_window(q.dtype))   # decodes only
+        if nd and nd == len(m.chunks) and nd == q.shape[0]: return self.decodes(q, kc, vc)      # decodes only
         out = torch.zeros_like(q)
-        if nd: out[:nd] = window_attention(q[:nd], kc, vc, *self.decode_window(q.dtype))
+        if nd: out[:nd] = self.decodes(q[:nd], kc, vc)
         for c in m.chunks[nd:]:
             idx = self.cache.slots[c.row, :c.context_len].to(torch.int64)
             out[c.start:c.start + c.num_tokens] = sdpa_reference(q[c.start:c.start + c.num_tokens], kc[idx], vc[idx])
         return out
+
+# %% ../nbs/12_attention.ipynb #13389589
+DECODE_KERNEL_C = r"""
+/* Decode attention read straight from the paged pool: for each row r, its H query heads (G of them to a KV head) attend to
+   the row's first ctx[r] slots of win (its window). Two passes over the slots: scores and their softmax, then the weighted sum
+   of V. T is the element type (float or bfloat16 bits), computed in float32. */
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <stdlib.h>
+__attribute__((__simd__("notinbranch"))) float expf(float);       /* glibc's libmvec holds the vector versions */
+
+static inline void row_f32(const float *src, float *dst, int64_t n) { memcpy(dst, src, sizeof(float) * n); }
+static inline void row_bf16(const uint16_t *src, float *dst, int64_t n) {     /* bfloat16 is float32's top 16 bits */
+    uint32_t *d = (uint32_t *)dst;
+    for (int64_t i = 0; i < n; i++) d[i] = (uint32_t)src[i] << 16;
+}
+static inline void out_f32(float *dst, const float *src, int64_t n) { memcpy(dst, src, sizeof(float) * n); }
+static inline void out_bf16(uint16_t *dst, const float *src, int64_t n) {     /* round to nearest even, as torch does */
+    for (int64_t i = 0; i < n; i++) { uint32_t u; memcpy(&u, &src[i], 4); u += 0x7fffu + ((u >> 16) & 1u); dst[i] = (uint16_t)(u >> 16); }
+}
+
+#define DECODE_ATTENTION(NAME, T, LOAD, STORE)                                                                               \
+int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, const int64_t *ctx, T *out,                      \
+         int64_t R, int64_t H, int64_t KVH, int64_t D, float scale)                                                          \
+{                                                                                                                            \
+    int64_t G = H / KVH, KD = KVH * D;                                                                                       \
+    float *s = malloc(sizeof(float) * H * W), *qf = malloc(sizeof(float) * H * D), *acc = malloc(sizeof(float) * H * D),    \
+          *row = malloc(sizeof(float) * KD), *sum = malloc(sizeof(float) * H);                                               \
+    if (!s || !qf || !acc || !row || !sum) { free(s); free(qf); free(acc); free(row); free(sum); return 1; }                \
+    for (int64_t r = 0; r < R; r++) {                                                                                        \
+        int64_t n = ctx[r];                                                                                                  \
+        const int64_t *slots = win + r * W;                                                                                  \
+        LOAD(q + r * H * D, qf, H * D);                                                                                      \
+        for (int64_t i = 0; i < H * D; i++) qf[i] *= scale;                                                                  \
+        for (int64_t t = 0; t < n; t++) {        /* scores: a key slot's row, every KV head, read once for all its queries */ \
+            LOAD(k + slots[t] * KD, row, KD);                                                                                \
+            for (int64_t j = 0; j < H; j++) {                                                                                \
+                const float *qj = qf + j * D, *kj = row + (j / G) * D; float dot = 0.f;                                      \
+                for (int64_t d = 0; d < D; d++) dot += qj[d] * kj[d];                                                        \
+                s[j * W + t] = dot;                                                                                          \
+            }                                                                                                                \
+        }                                                                                                                    \
+        for (int64_t j = 0; j < H; j++) {        /* softmax, unnormalised: exp(s - max) and its sum */                      \
+            float *sj = s + j * W, m = -INFINITY, l = 0.f;                                                                   \
+            for (int64_t t = 0; t < n; t++) m = sj[t] > m ? sj[t] : m;                                                       \
+            _Pragma("omp simd reduction(+:l)")                                                                               \
+            for (int64_t t = 0; t < n; t++) { float x = sj[t] - m; sj[t] = x < -80.f ? 0.f : expf(x); l += sj[t]; }           \
+            sum[j] = l;          /* (below e^-80 a weight is 0: no denormals, which would be slow and change no bit of the sum) */ \
+        }                                                                                                                    \
+        memset(acc, 0, sizeof(float) * H * D);                                                                               \
+        for (int64_t t = 0; t < n; t++) {        /* the weighted sum of V, each slot's row read once */                     \
+            LOAD(v + slots[t] * KD, row, KD);                                                                                \
+            for (int64_t j = 0; j < H; j++) {                                                                                \
+                float p = s[j * W + t], *a = acc + j * D; const float *vj = row + (j / G) * D;                               \
+                for (int64_t d = 0; d < D; d++) a[d] += p * vj[d];                                                           \
+            }                                                                                                                \
+        }                                                                                                                    \
+        for (int64_t j = 0; j < H; j++) { float inv = 1.f / sum[j]; for (int64_t d = 0; d < D; d++) acc[j * D + d] *= inv; } \
+        STORE(out + r * H * D, acc, H * D);                                                                                  \
+    }                                                                                                                        \
+    free(s); free(qf); free(acc); free(row); free(sum);                                                                      \
+    return 0;                                                                                                                \
+}
+DECODE_ATTENTION(decode_attention_f32, float, row_f32, out_f32)
+DECODE_ATTENTION(decode_attention_bf16, uint16_t, row_bf16, out_bf16)
+"""
+# float sums reordered into vector lanes (-fassociative-math and the flags it needs), not -ffast-math: a library built with it
+# sets flush-to-zero for the whole thread that loads it
+DECODE_KERNEL_FLAGS = ('-O3', '-march=native', '-fassociative-math', '-fno-signed-zeros', '-fno-trapping-math', '-fno-math-errno',
+                      '-fopenmp-simd', '-fPIC', '-shared', '-std=c11')
+
+_kernel: dict = {}                      # the loaded library, or the reason it could not be built: once per process
+_kernel_lock = threading.Lock()
+
+def decode_kernel():
+    """The decode-attention kernel, compiled on first use with the system's C compiler (`$CC`, else `cc`) into nanoserve's cache and
+    loaded with ctypes; None where it cannot be built, with the reason in `decode_kernel_error()` (the engine then uses SDPA)."""
+    with _kernel_lock:
+        if not _kernel:
+            try: _kernel['lib'] = _build_kernel()
+            except (OSError, subprocess.SubprocessError) as e:
+                _kernel['lib'], _kernel['error'] = None, f"{type(e).__name__}: {e}"
+                warnings.warn(f"decode attention falls back to SDPA: the C kernel could not be built ({_kernel['error']})", RuntimeWarning)
+        return _kernel['lib']
+
+def decode_kernel_error() -> str | None:
+    "Why the kernel could not be built (None: it was, or it has not been tried)."
+    return _kernel.get('error')
+
+def _build_kernel() -> ctypes.CDLL:
+    cc = os.environ.get('CC', 'cc')
+    key = hashlib.sha256('\0'.join([DECODE_KERNEL_C, cc, *DECODE_KERNEL_FLAGS, platform.machine(), ' '.join(sorted(cpu_flags()))]).encode()).hexdigest()[:16]
+    so = cache_dir()/'kernels'/f'decode_attention-{key}.so'        # keyed by source, compiler, flags and CPU: -march=native is the CPU's
+    if not so.exists():
+        so.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
+            (src := Path(tmp)/'decode_attention.c').write_text(DECODE_KERNEL_C)
+            done = subprocess.run([cc, *DECODE_KERNEL_FLAGS, str(src), '-o', str(Path(tmp)/'k.so'), '-lmvec', '-lm'], capture_output=True, text=True, timeout=120)
+            if done.returncode: raise OSError(f"{cc} failed: {done.stderr.strip()[-500:]}")
+            os.replace(Path(tmp)/'k.so', so)                            # whole or not at all, if two processes build it at once
+    lib = ctypes.CDLL(str(so))
+    for f in (lib.decode_attention_f32, lib.decode_attention_bf16):
+        f.restype = ctypes.c_int
+        f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_float]
+    return lib
+
+def kernel_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: torch.Tensor, context: torch.Tensor) -> torch.Tensor | None:
+    """`window_attention`'s result for a decode (q [R, heads, D]; pools [slots, kv_heads, D]; `win` [R * W] int64 slots; `context`
+    [R] int64, each row's keys, at most W) from the C kernel, reading the pool in place; None where the kernel does not apply."""
+    lib = decode_kernel() if q.device.type == 'cpu' and q.dtype in (torch.float32, torch.bfloat16) else None
+    if lib is None or not (kc.is_contiguous() and vc.is_contiguous() and kc.dtype == vc.dtype == q.dtype): return None
+    R, H, D = q.shape
+    win, context, q = win.contiguous(), context.to(torch.int64).contiguous(), q.contiguous()
+    out = torch.empty_like(q)
+    f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
+    with torch.profiler.record_function('nanoserve::decode_attention_kernel'):        # named in a profile, as an operator would be
+        failed = f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), win.data_ptr(), win.numel() // R, context.data_ptr(), out.data_ptr(),
+                   R, H, kc.shape[1], D, 1 / math.sqrt(D))
+    if failed: raise MemoryError("the decode-attention kernel could not allocate its scratch")
+    return out
 
 # %% ../nbs/12_attention.ipynb #6137e700
 INVARIANT_BLOCK = 32      # keys per block in the batch-invariant attention

@@ -63,6 +63,8 @@ class EngineConfig:
     fuse_projections: bool = _flag(True, 'one product for q/k/v and one for gate/up (Day 06)')
     gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
     pack_weights: bool = _flag(True, "linear weights reordered once for oneDNN (Day 06; CPU, float32 and bfloat16; a second copy of the weights)")
+    decode_kernel: bool = _flag(True, "decode attention on the CPU through Day 12's C kernel, reading the KV pool in place (built with the system's C "
+                                "compiler on first use; SDPA where it cannot be); --no-decode-kernel: gather the window, then SDPA")
     prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed (Day 9); --no-prefix-cache computes every prompt whole")
     quantization: str = _flag('none', "none, int8 (one scale per output channel) or int4 (a scale and zero per --quant-group-size inputs): the decoder "
                               "layers' weights quantized at load (Day 60; CPU); activations in bfloat16")
@@ -255,7 +257,7 @@ class Engine:
                  batch=None) -> Engine:
         "An engine over a loaded model and an allocated cache; the scheduler and the runner are made here."
         return cls(model, tokenizer, cache, Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids),
-                   make_runner(model, cache, stop_ids, config.batch_invariant), config, stop_ids, decode_path, batch)
+                   make_runner(model, cache, stop_ids, config.batch_invariant, config.decode_kernel), config, stop_ids, decode_path, batch)
 
     @classmethod
     def build(cls, model: str | Path | CausalLM, tokenizer: Tokenizer | None = None, config: EngineConfig | None = None,

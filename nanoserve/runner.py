@@ -20,8 +20,10 @@ def _pad_to(n: int, multiple: int) -> int: return max(multiple, -(-n // multiple
 
 class ModelRunner:
     "Runs the model for one scheduled step and samples."
-    def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False):
+    def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False,
+                 decode_kernel: bool = True):
         self.model, self.cache, self.stop_ids, self.batch_invariant = model, cache, set(stop_ids), batch_invariant
+        self.decode_kernel = decode_kernel      # decodes' attention through Day 12's C kernel where it applies
         self.decode_path = None   # Day 54: an object whose run(rows, tokens, context_lens) serves pure-decode steps
         self.grammars = None      # Day 15: the engine's GrammarCompiler, once a request asked for structured output
 
@@ -64,7 +66,7 @@ class ModelRunner:
 
     def logits(self, input_ids: torch.Tensor, positions: torch.Tensor, meta, sample_idx: list[int]) -> torch.Tensor | None:
         "The forward of a prepared step, and float32 logits [len(sample_idx), vocab] of its sampled rows (None when no row samples)."
-        attn = (InvariantPagedAttention if self.batch_invariant else PagedAttention)(self.cache, meta)
+        attn = InvariantPagedAttention(self.cache, meta) if self.batch_invariant else PagedAttention(self.cache, meta, self.decode_kernel)
         hidden = self.model(input_ids, positions, attn)
         if not sample_idx: return None
         rows = hidden[sample_idx]

@@ -72,3 +72,27 @@ def test_flags_turn_each_change_off(tiny):
                                                capture_output=True, text=True, check=True).stdout)
     a, b = run(), run('--no-fuse-projections', '--no-gemv', '--no-pack-weights')
     assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_decode_kernel_greedy_text_equals_sdpa(default_model, dtype):
+    "Day 12's C decode kernel against gather + SDPA (`--no-decode-kernel`), its reference: a batch of four and each prompt alone."
+    from nanoserve.attention import decode_kernel, decode_kernel_error
+    assert decode_kernel() is not None, decode_kernel_error()          # CI has the C compiler Inductor needs: the kernel is built
+    params = SamplingParams(temperature=0, max_tokens=24)
+    ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, decode_kernel=False))
+    ker = Engine.build(default_model, config=EngineConfig(dtype=dtype))
+    assert not ref.runner.decode_kernel and ker.runner.decode_kernel
+    # float32: every token. bfloat16: the kernel keeps the softmax's weights in float32 where SDPA rounds them to bfloat16 (Day 12
+    # checks the kernel is the closer of the two to float64), and a near-tie flips two of these prompts at their 6th and 13th token
+    n = 24 if dtype == 'float32' else 4
+    want = [o.token_ids[:n] for o in ref.generate(PROMPTS, params, use_tqdm=False)]
+    assert [o.token_ids[:n] for o in ker.generate(PROMPTS, params, use_tqdm=False)] == want
+    assert [ker.generate([p], params, use_tqdm=False)[0].token_ids[:n] for p in PROMPTS] == want
+
+def test_decode_kernel_flag_reaches_generate(tiny):
+    "`--no-decode-kernel` is a flag of generate, and the text is the same either way."
+    path = str(tiny('llama_tied_gqa'))
+    run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--dtype', 'float32', '--max-tokens', '8', *f, 'hello'],
+                                               capture_output=True, text=True, check=True).stdout)
+    a, b = run(), run('--no-decode-kernel')
+    assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b
