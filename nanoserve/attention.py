@@ -127,11 +127,12 @@ static inline void out_bf16(uint16_t *dst, const float *src, int64_t n) {     /*
 }
 
 #define DECODE_ATTENTION(NAME, T, LOAD, STORE)                                                                               \
-int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, const int64_t *ctx, T *out,                      \
-         int64_t R, int64_t H, int64_t KVH, int64_t D, float scale)                                                          \
+int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, const int64_t *ctx, const T *new_k, const T *new_v, \
+         T *out, int64_t R, int64_t H, int64_t KVH, int64_t D, float scale)                                                  \
 {                                                                                                                            \
-    int64_t G = H / KVH, KD = KVH * D;                                                                                       \
-    float *s = malloc(sizeof(float) * H * W), *qf = malloc(sizeof(float) * H * D), *acc = malloc(sizeof(float) * H * D),    \
+    int64_t G = H / KVH, KD = KVH * D, S = 1;                                                                                \
+    for (int64_t r = 0; r < R; r++) S = ctx[r] > S ? ctx[r] : S;                                                             \
+    float *s = malloc(sizeof(float) * H * S), *qf = malloc(sizeof(float) * H * D), *acc = malloc(sizeof(float) * H * D),    \
           *row = malloc(sizeof(float) * KD), *sum = malloc(sizeof(float) * H);                                               \
     if (!s || !qf || !acc || !row || !sum) { free(s); free(qf); free(acc); free(row); free(sum); return 1; }                \
     for (int64_t r = 0; r < R; r++) {                                                                                        \
@@ -140,15 +141,15 @@ int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, cons
         LOAD(q + r * H * D, qf, H * D);                                                                                      \
         for (int64_t i = 0; i < H * D; i++) qf[i] *= scale;                                                                  \
         for (int64_t t = 0; t < n; t++) {        /* scores: a key slot's row, every KV head, read once for all its queries */ \
-            LOAD(k + slots[t] * KD, row, KD);                                                                                \
+            LOAD(new_k && t == n - 1 ? new_k + r * KD : k + slots[t] * KD, row, KD);   /* new_k: the last key, not in the pool */ \
             for (int64_t j = 0; j < H; j++) {                                                                                \
                 const float *qj = qf + j * D, *kj = row + (j / G) * D; float dot = 0.f;                                      \
                 for (int64_t d = 0; d < D; d++) dot += qj[d] * kj[d];                                                        \
-                s[j * W + t] = dot;                                                                                          \
+                s[j * S + t] = dot;                                                                                          \
             }                                                                                                                \
         }                                                                                                                    \
         for (int64_t j = 0; j < H; j++) {        /* softmax, unnormalised: exp(s - max) and its sum */                      \
-            float *sj = s + j * W, m = -INFINITY, l = 0.f;                                                                   \
+            float *sj = s + j * S, m = -INFINITY, l = 0.f;                                                                   \
             for (int64_t t = 0; t < n; t++) m = sj[t] > m ? sj[t] : m;                                                       \
             _Pragma("omp simd reduction(+:l)")                                                                               \
             for (int64_t t = 0; t < n; t++) { float x = sj[t] - m; sj[t] = x < -80.f ? 0.f : expf(x); l += sj[t]; }           \
@@ -156,9 +157,9 @@ int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, cons
         }                                                                                                                    \
         memset(acc, 0, sizeof(float) * H * D);                                                                               \
         for (int64_t t = 0; t < n; t++) {        /* the weighted sum of V, each slot's row read once */                     \
-            LOAD(v + slots[t] * KD, row, KD);                                                                                \
+            LOAD(new_v && t == n - 1 ? new_v + r * KD : v + slots[t] * KD, row, KD);                                         \
             for (int64_t j = 0; j < H; j++) {                                                                                \
-                float p = s[j * W + t], *a = acc + j * D; const float *vj = row + (j / G) * D;                               \
+                float p = s[j * S + t], *a = acc + j * D; const float *vj = row + (j / G) * D;                               \
                 for (int64_t d = 0; d < D; d++) a[d] += p * vj[d];                                                           \
             }                                                                                                                \
         }                                                                                                                    \
@@ -208,20 +209,24 @@ def _build_kernel() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(so))
     for f in (lib.decode_attention_f32, lib.decode_attention_bf16):
         f.restype = ctypes.c_int
-        f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_float]
+        f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_float]
     return lib
 
-def kernel_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: torch.Tensor, context: torch.Tensor) -> torch.Tensor | None:
+def kernel_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: torch.Tensor, context: torch.Tensor,
+                     new_k: torch.Tensor | None = None, new_v: torch.Tensor | None = None) -> torch.Tensor | None:
     """`window_attention`'s result for a decode (q [R, heads, D]; pools [slots, kv_heads, D]; `win` [R * W] int64 slots; `context`
-    [R] int64, each row's keys, at most W) from the C kernel, reading the pool in place; None where the kernel does not apply."""
+    [R] int64, each row's keys, at most W) from the C kernel, reading the pool in place; None where the kernel does not apply.
+    With `new_k`/`new_v` ([R, kv_heads, D]) each row's last key is its own, not yet in the pool: `context` counts it, `win` need not."""
     lib = decode_kernel() if q.device.type == 'cpu' and q.dtype in (torch.float32, torch.bfloat16) else None
     if lib is None or not (kc.is_contiguous() and vc.is_contiguous() and kc.dtype == vc.dtype == q.dtype): return None
+    if new_k is not None: new_k, new_v = new_k.to(q.dtype).contiguous(), new_v.to(q.dtype).contiguous()
     R, H, D = q.shape
     win, context, q = win.contiguous(), context.to(torch.int64).contiguous(), q.contiguous()
     out = torch.empty_like(q)
     f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
     with torch.profiler.record_function('nanoserve::decode_attention_kernel'):        # named in a profile, as an operator would be
-        failed = f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), win.data_ptr(), win.numel() // R, context.data_ptr(), out.data_ptr(),
+        failed = f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), win.data_ptr(), win.numel() // R, context.data_ptr(),
+                   None if new_k is None else new_k.data_ptr(), None if new_v is None else new_v.data_ptr(), out.data_ptr(),
                    R, H, kc.shape[1], D, 1 / math.sqrt(D))
     if failed: raise MemoryError("the decode-attention kernel could not allocate its scratch")
     return out
