@@ -22,6 +22,12 @@ def logits_of(model, ids, steps):
             x, pos = out[-1].argmax(-1), torch.tensor([len(ids) + i])
     return torch.cat(out)
 
+def assert_same_greedy(ref, other, params, n):
+    "`other` engine's first n tokens of each of PROMPTS equal `ref`'s, as a batch of four and each prompt alone."
+    want = [o.token_ids[:n] for o in ref.generate(PROMPTS, params, use_tqdm=False)]
+    assert [o.token_ids[:n] for o in other.generate(PROMPTS, params, use_tqdm=False)] == want
+    assert [other.generate([p], params, use_tqdm=False)[0].token_ids[:n] for p in PROMPTS] == want
+
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 def test_default_model_logits_match_the_reference_layers(default_model, dtype):
     ref, fast = load_model(default_model, dtype), speed_up(load_model(default_model, dtype), pack=True)
@@ -42,10 +48,7 @@ def test_default_model_greedy_text_equals_the_reference(default_model, dtype):
     assert fast.model.lm_head.packed is not None and ref.model.lm_head.weight is ref.model.model.embed_tokens.weight
     # float32: every token. bfloat16 rounds differently per product shape (a fused GEMM, a float32-accumulating GEMV), and a
     # near-tie flips some way into a sentence (the 13th token of one prompt here): the first 8 tokens, and the logits test above.
-    n = 24 if dtype == 'float32' else 8
-    want = [o.token_ids[:n] for o in ref.generate(PROMPTS, params, use_tqdm=False)]
-    assert [o.token_ids[:n] for o in fast.generate(PROMPTS, params, use_tqdm=False)] == want
-    assert [fast.generate([p], params, use_tqdm=False)[0].token_ids[:n] for p in PROMPTS] == want
+    assert_same_greedy(ref, fast, params, 24 if dtype == 'float32' else 8)
 
 def test_compiled_decode_of_the_fast_layers_matches_the_reference(peaky):
     "The compile recorder traces the fast layers (the GEMV at one row) into its graph; its tokens equal the reference layers' eager ones."
@@ -84,10 +87,7 @@ def test_decode_kernel_greedy_text_equals_sdpa(default_model, dtype):
     assert not ref.runner.decode_kernel and ker.runner.decode_kernel
     # float32: every token. bfloat16: the kernel keeps the softmax's weights in float32 where SDPA rounds them to bfloat16 (Day 12
     # checks the kernel is the closer of the two to float64), and a near-tie flips two of these prompts at their 6th and 13th token
-    n = 24 if dtype == 'float32' else 4
-    want = [o.token_ids[:n] for o in ref.generate(PROMPTS, params, use_tqdm=False)]
-    assert [o.token_ids[:n] for o in ker.generate(PROMPTS, params, use_tqdm=False)] == want
-    assert [ker.generate([p], params, use_tqdm=False)[0].token_ids[:n] for p in PROMPTS] == want
+    assert_same_greedy(ref, ker, params, 24 if dtype == 'float32' else 4)
 
 def test_decode_kernel_flag_reaches_generate(tiny):
     "`--no-decode-kernel` is a flag of generate, and the text is the same either way."
