@@ -13,8 +13,8 @@ from .attention import window_attention, kernel_attention
 from .buckets import DecodeShape
 
 # %% auto #0
-__all__ = ['DecodeInputs', 'seen_window_attention', 'StaticDecodeAttention', 'decode_layers', 'decode_step', 'decode_args',
-           'decode_core', 'store_kv', 'decode_forward']
+__all__ = ['DecodeInputs', 'prefix_attention', 'seen_window_attention', 'StaticDecodeAttention', 'decode_layers', 'decode_step',
+           'decode_args', 'decode_core', 'store_kv', 'decode_forward']
 
 # %% ../nbs/53_persist.ipynb #88aa9f2b
 class DecodeInputs:
@@ -49,16 +49,20 @@ def write(self: DecodeInputs, rows: list[int], tokens: list[int], context_lens: 
     if self.slot_table is not self.cache.slots: self.slot_table[:R, :shape.width].copy_(self.cache.slots[:R, :shape.width], non_blocking=True)
 
 # %% ../nbs/53_persist.ipynb #bd9fd6d2
+def prefix_attention(q, kc, vc, table, context_lens, new_k, new_v, pad_slot: int, width: int) -> torch.Tensor:
+    """Each row's query over its cached prefix (the table's first `width` columns, past the prefix: the finite pad slot) and its own
+    new K/V: Day 12's kernel where it applies, as the eager step uses it, else the gather and SDPA."""
+    old = torch.arange(width, device=q.device) < (context_lens[:, None] - 1)                  # [R, width] the cached prefix
+    win = torch.where(old, table[:, :width].to(torch.int64).clamp(min=0), pad_slot).flatten()
+    out = kernel_attention(q, kc, vc, win, context_lens, new_k, new_v)
+    return window_attention(q, kc, vc, win, torch.cat([old, old.new_ones(q.shape[0], 1)], 1), new_k, new_v) if out is None else out
+
 @torch.library.custom_op('nanoserve::seen_window_attention', mutates_args=())
 def seen_window_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, table: torch.Tensor, context_lens: torch.Tensor,
                           new_k: torch.Tensor, new_v: torch.Tensor, pad_slot: int) -> torch.Tensor:
-    """`StaticDecodeAttention`'s attention over the keys some row has: the table's first `max(context_lens) - 1` columns, not its whole
-    (bucketed) width. An operator of its own, so that a compiled step calls it as it is: the width it reads is known only when it runs."""
-    R, W = q.shape[0], int(context_lens.max()) - 1                                           # the longest row's cached keys
-    old = torch.arange(W, device=q.device) < (context_lens[:, None] - 1)
-    win = torch.where(old, table[:, :W].to(torch.int64).clamp(min=0), pad_slot).flatten()
-    out = kernel_attention(q, kc, vc, win, context_lens, new_k, new_v)                 # Day 12's kernel, as the eager step uses it
-    return window_attention(q, kc, vc, win, torch.cat([old, old.new_ones(R, 1)], 1), new_k, new_v) if out is None else out
+    """`prefix_attention` over the keys some row has: the table's first `max(context_lens) - 1` columns, not its whole (bucketed)
+    width. An operator of its own, so that a compiled step calls it as it is: the width it reads is known only when it runs."""
+    return prefix_attention(q, kc, vc, table, context_lens, new_k, new_v, pad_slot, int(context_lens.max()) - 1)
 
 @seen_window_attention.register_fake
 def _(q, kc, vc, table, context_lens, new_k, new_v, pad_slot): return q.new_empty(q.shape)
@@ -73,11 +77,7 @@ class StaticDecodeAttention(AttentionBackend):
         (R, W), kc, vc = self.table.shape, self.k_pools[i], self.v_pools[i]
         if q.device.type == 'cpu':     # the keys some row has, not the bucket's width (a CUDA graph cannot read the width back, so it pads)
             o = seen_window_attention(q, kc, vc, self.table, self.context_lens, k, v, self.pad_slot)
-            self.new_k.append(k); self.new_v.append(v)
-            return o
-        old = torch.arange(W, device=q.device) < (self.context_lens[:, None] - 1)             # [R, W] the cached prefix
-        win = torch.where(old, self.table.to(torch.int64).clamp(min=0), self.pad_slot).flatten()   # [R * W] past it: the (finite) pad slot
-        o = window_attention(q, kc, vc, win, torch.cat([old, old.new_ones(R, 1)], 1), k, v)   # the prefix and the token itself (Day 12)
+        else: o = prefix_attention(q, kc, vc, self.table, self.context_lens, k, v, self.pad_slot, W)
         self.new_k.append(k); self.new_v.append(v)
         return o
 
