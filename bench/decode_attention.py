@@ -1,35 +1,44 @@
 #!/usr/bin/env python
-"""Decode attention over the paged pool, four ways, on one layer of the default model's shape: time per layer and error against float64.
+"""Decode attention over the paged pool, several ways, on the default model's shape: time per step of 30 layers and error against float64.
 
-    python bench/decode_attention.py                      # 32 rows, contexts up to 160, 1 thread, float32 and bfloat16
-    python bench/decode_attention.py --rows 8 --width 512 --threads 2
+    python bench/decode_attention.py                      # 32 rows, contexts up to 160, 1 and 2 threads, float32 and bfloat16
+    python bench/decode_attention.py --rows 8 --width 512 --threads 2 --arms sdpa,kernel
 
 Arms:
-- `sdpa`: what Day 12 runs: K/V gathered from the pool through the slot table (`index_select`), then
+- `sdpa`: Day 12's reference: K/V gathered from the pool through the slot table (`index_select`), then
   `scaled_dot_product_attention` with a boolean mask, a KV head's query heads as its queries (no K/V expansion);
+- `kernel`: Day 12's C kernel as the engine runs it (the pool read in place, rows split across the threads);
+- `kernel-3rd-pass`: the C kernel as the speed issue's third pass left it (`bench/experiments/decode_kernel_third_pass.c`:
+  one thread, a head size known only at run time, no prefetch);
 - `matmul`: the same gather, then scores by `matmul` in the model's dtype, a float32 softmax, and `matmul` with V;
 - `matmul-f32`: scores from float32 operands (the accuracy `sdpa` keeps in bfloat16, at the price of converting K);
 - `compiled`: the gather and the attention in one Inductor kernel (dynamic shapes), the pool read through the slot
   indices inside the kernel: no gathered copy of K/V.
 
-The slot table is paged like the engine's (blocks of 16 slots, scattered over a pool of 40k slots). Writes
-OUT/decode_attention.{csv,txt} with the machine line. Not part of CI.
+Each layer has a pool of its own (blocks of 16 slots, scattered over it, like the engine's), and an arm's step runs all the
+layers in turn, so a layer's window is not in the cache when it is read, as in the engine, where the products between two
+layers' attention evict it. The arms alternate over --repeats rounds (this VM's speed drifts); the table gives each arm's
+fastest and median step. Writes OUT/decode_attention.{csv,txt} with the machine line. Not part of CI.
 """
-import argparse, math, sys, time
+import argparse, ctypes, math, statistics, sys, time
 from pathlib import Path
 import torch
 import torch.nn.functional as F
 from nanoserve.offline_bench import write_csv, machine
+from nanoserve.attention import kernel_attention
+from nanoserve.core import c_library
 
-def setup(dtype, rows, width, kvh=3, groups=3, D=64, pool=40_000, block=16, seed=0):
+HERE = Path(__file__).resolve().parent
+
+def setup(dtype, rows, width, layers, kvh=3, groups=3, D=64, pool=8192, block=16, seed=0):
     g = torch.Generator().manual_seed(seed)
-    kc, vc = (2 * torch.randn(pool, kvh, D, generator=g)).to(dtype), torch.randn(pool, kvh, D, generator=g).to(dtype)
+    pools = [((2 * torch.randn(pool, kvh, D, generator=g)).to(dtype), torch.randn(pool, kvh, D, generator=g).to(dtype)) for _ in range(layers)]
     per_row = math.ceil(width / block)
     blocks = torch.randperm(pool // block, generator=g)[:rows * per_row].view(rows, per_row, 1) * block
     win = (blocks + torch.arange(block)).view(rows, -1)[:, :width].flatten()                    # [rows * width] slots
     ctx = torch.randint(width * 5 // 8, width + 1, (rows,), generator=g); ctx[0] = width
     q = (2 * torch.randn(rows, kvh * groups, D, generator=g)).to(dtype)
-    return dict(q=q, kc=kc, vc=vc, win=win, ctx=ctx, kvh=kvh, groups=groups, D=D)
+    return dict(q=q, pools=pools, win=win, ctx=ctx, kvh=kvh, groups=groups, D=D)
 
 def sdpa(q, kc, vc, win, ctx, kvh, groups, D):
     n, w = q.shape[0], win.numel() // q.shape[0]
@@ -61,35 +70,64 @@ def fused(q, kc, vc, win, ctx, kvh: int, groups: int, D: int):
     p = torch.softmax(s, 1)
     return (p[..., None] * V).sum(1).reshape(n, kvh * groups, D).to(q.dtype)
 
+def kernel(q, kc, vc, win, ctx, kvh, groups, D):
+    return kernel_attention(q, kc, vc, win, ctx)
+
+def third_pass_kernel():
+    "The third pass's kernel, built as it was built then (one thread)."
+    def declare(lib):
+        for f in (lib.decode_attention_f32, lib.decode_attention_bf16):
+            f.restype = ctypes.c_int
+            f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_float]
+    flags = ('-O3', '-march=native', '-fassociative-math', '-fno-signed-zeros', '-fno-trapping-math', '-fno-math-errno', '-fopenmp-simd', '-fPIC', '-shared', '-std=c11')
+    lib = c_library('decode_attention_third_pass', (HERE/'experiments'/'decode_kernel_third_pass.c').read_text(), flags, ('-lmvec', '-lm'), declare)
+    def run(q, kc, vc, win, ctx, kvh, groups, D):
+        out = torch.empty_like(q); R = q.shape[0]
+        f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
+        f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), win.data_ptr(), win.numel() // R, ctx.data_ptr(), None, None, out.data_ptr(), R, q.shape[1], kvh, D, 1 / math.sqrt(D))
+        return out
+    return run
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--rows', type=int, default=32); ap.add_argument('--width', type=int, default=160)
-    ap.add_argument('--threads', type=int, default=1); ap.add_argument('--dtypes', default='float32,bfloat16')
-    ap.add_argument('--iters', type=int, default=100); ap.add_argument('--out', default='bench/results')
+    ap.add_argument('--threads', default='1,2'); ap.add_argument('--dtypes', default='float32,bfloat16')
+    ap.add_argument('--layers', type=int, default=30); ap.add_argument('--repeats', type=int, default=7)
+    ap.add_argument('--arms', default='sdpa,kernel,kernel-3rd-pass,matmul,matmul-f32,compiled'); ap.add_argument('--out', default='bench/results')
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    compiled = torch.compile(fused, dynamic=True)
-    arms = {'sdpa': sdpa, 'matmul': matmul, 'matmul-f32': lambda *a, **k: matmul(*a, **k, f32=True), 'compiled': compiled}
+    every = {'sdpa': sdpa, 'kernel': kernel, 'kernel-3rd-pass': third_pass_kernel(), 'matmul': matmul,
+             'matmul-f32': lambda *a, **k: matmul(*a, **k, f32=True), 'compiled': torch.compile(fused, dynamic=True)}
+    arms = {a: every[a] for a in args.arms.split(',')}
     rows, mach = [], machine()
     with torch.inference_mode():
         for dt in args.dtypes.split(','):
-            x = setup(getattr(torch, dt), args.rows, args.width)
-            ref = exact(**x)
-            for name, f in arms.items():
-                t0 = time.perf_counter(); out = f(**x); first = time.perf_counter() - t0
-                for _ in range(5): f(**x)
-                t0 = time.perf_counter()
-                for _ in range(args.iters): f(**x)
-                ms = (time.perf_counter() - t0) / args.iters * 1e3
-                rows.append(dict(dtype=dt, arm=name, rows=args.rows, width=args.width, threads=args.threads, ms_per_layer=round(ms, 4),
-                                 step_ms_30_layers=round(30 * ms, 2), first_call_s=round(first, 2),
-                                 max_err_vs_float64=float(f'{(out.double() - ref).abs().max():.3g}'), machine=mach))
-                print(rows[-1], file=sys.stderr, flush=True)
+            x = setup(getattr(torch, dt), args.rows, args.width, args.layers)
+            pools, rest = x.pop('pools'), x
+            ref = exact(kc=pools[0][0], vc=pools[0][1], **rest)
+            for threads in map(int, args.threads.split(',')):
+                torch.set_num_threads(threads)
+                first, err, times = {}, {}, {a: [] for a in arms}
+                for name, f in arms.items():
+                    t0 = time.perf_counter(); out = f(kc=pools[0][0], vc=pools[0][1], **rest); first[name] = time.perf_counter() - t0
+                    err[name] = (out.double() - ref).abs().max().item()
+                for _ in range(args.repeats):
+                    for name, f in arms.items():
+                        t0 = time.perf_counter()
+                        for kc, vc in pools: f(kc=kc, vc=vc, **rest)
+                        times[name].append((time.perf_counter() - t0) * 1e3)
+                for name in arms:
+                    best, med = min(times[name]), statistics.median(times[name])
+                    rows.append(dict(dtype=dt, arm=name, rows=args.rows, width=args.width, threads=threads, layers=args.layers,
+                                     step_ms_min=round(best, 2), step_ms_median=round(med, 2), ms_per_layer=round(best / args.layers, 4),
+                                     first_call_s=round(first[name], 2), max_err_vs_float64=float(f'{err[name]:.3g}'), machine=mach))
+                    print(rows[-1], file=sys.stderr, flush=True)
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out/'decode_attention.csv')
-    lines = [f"machine: {mach}; {args.threads} thread(s); {args.rows} rows, contexts up to {args.width}, 3 KV heads x 3 query heads, head dim 64",
-             'dtype      arm          ms/layer  x30 layers  first call s  max err vs float64']
-    lines += [f"{r['dtype']:9s}  {r['arm']:11s}  {r['ms_per_layer']:8.3f}  {r['step_ms_30_layers']:10.1f}  {r['first_call_s']:12.2f}  {r['max_err_vs_float64']:.3g}" for r in rows]
+    lines = [f"machine: {mach}; {args.rows} rows, contexts up to {args.width}, 3 KV heads x 3 query heads, head dim 64; {args.layers} layers "
+             f"(each its own pool) a step; fastest and median of {args.repeats} alternating rounds",
+             'dtype      threads  arm               step ms (min)  (median)  ms/layer  first call s  max err vs float64']
+    lines += [f"{r['dtype']:9s}  {r['threads']:7d}  {r['arm']:16s}  {r['step_ms_min']:13.1f}  {r['step_ms_median']:8.1f}  {r['ms_per_layer']:8.3f}  "
+              f"{r['first_call_s']:12.2f}  {r['max_err_vs_float64']:.3g}" for r in rows]
     lines.append(f"command: python bench/decode_attention.py {' '.join(sys.argv[1:])}".rstrip())
     (out/'decode_attention.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))
 

@@ -4,14 +4,13 @@
 
 # %% ../nbs/12_attention.ipynb #719e4b80
 from __future__ import annotations
-import ctypes, hashlib, math, os, platform, subprocess, tempfile, threading, warnings
-from pathlib import Path
+import ctypes, math
 from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from .model import AttentionBackend, sdpa_reference
 from .kvcache import KVCache
-from .core import cache_dir, cpu_flags
+from .core import c_library, c_library_error, named_in_profile
 
 # %% auto #0
 __all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk', 'AttentionMetadata',
@@ -107,115 +106,135 @@ class PagedAttention(AttentionBackend):
 
 # %% ../nbs/12_attention.ipynb #13389589
 DECODE_KERNEL_C = r"""
-/* Decode attention read straight from the paged pool: for each row r, its H query heads (G of them to a KV head) attend to
-   the row's first ctx[r] slots of win (its window). Two passes over the slots: scores and their softmax, then the weighted sum
-   of V. T is the element type (float or bfloat16 bits), computed in float32. */
+/* Decode attention read straight from the paged pool.  Row r's H query heads (G = H / KVH to a KV head) attend to its first
+   ctx[r] slots of win (its window); each slot's row, every KV head of it, is read once per pass, and the rows of a step are
+   split across threads.  Written with GCC's vector types (16 floats), which the compiler maps to AVX-512 or to pairs of AVX2
+   registers; T is float or bfloat16 bits, computed in float32. */
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
 #include <stdlib.h>
+#include <omp.h>
 __attribute__((__simd__("notinbranch"))) float expf(float);       /* glibc's libmvec holds the vector versions */
 
-static inline void row_f32(const float *src, float *dst, int64_t n) { memcpy(dst, src, sizeof(float) * n); }
-static inline void row_bf16(const uint16_t *src, float *dst, int64_t n) {     /* bfloat16 is float32's top 16 bits */
-    uint32_t *d = (uint32_t *)dst;
-    for (int64_t i = 0; i < n; i++) d[i] = (uint32_t)src[i] << 16;
-}
-static inline void out_f32(float *dst, const float *src, int64_t n) { memcpy(dst, src, sizeof(float) * n); }
-static inline void out_bf16(uint16_t *dst, const float *src, int64_t n) {     /* round to nearest even, as torch does */
-    for (int64_t i = 0; i < n; i++) { uint32_t u; memcpy(&u, &src[i], 4); u += 0x7fffu + ((u >> 16) & 1u); dst[i] = (uint16_t)(u >> 16); }
-}
+typedef float vf __attribute__((vector_size(64)));
+typedef uint32_t vu __attribute__((vector_size(64)));
+typedef uint16_t vh __attribute__((vector_size(32)));
+typedef float vf8 __attribute__((vector_size(32)));
+#define AHEAD 16                                                   /* keys prefetched ahead of the one in use */
 
-#define DECODE_ATTENTION(NAME, T, LOAD, STORE)                                                                               \
+static inline vf ld_f32(const float *p) { vf x; memcpy(&x, p, 64); return x; }
+static inline vf ld_bf16(const uint16_t *p) {                     /* bfloat16 is float32's top 16 bits */
+    vh h; memcpy(&h, p, 32); vu u = __builtin_convertvector(h, vu) << 16; vf x; memcpy(&x, &u, 64); return x;
+}
+static inline void st_f32(float *p, vf x) { memcpy(p, &x, 64); }
+static inline void st_bf16(uint16_t *p, vf x) {                   /* round to nearest even, as torch does */
+    vu u; memcpy(&u, &x, 64); u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; vh h = __builtin_convertvector(u, vh); memcpy(p, &h, 32);
+}
+static inline float hsum(vf x) {
+    vf8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+    float s = 0.f;
+    for (int i = 0; i < 8; i++) s += a[i];
+    return s;
+}
+static inline void prefetch_row(const char *p, int64_t bytes) { for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b); }
+
+/* One row; D = 16 * NV.  qf, acc: H * D floats, s: H * S floats (scratch). */
+#define ROW(NAME, T, LD, ST, NV)                                                                                               \
+static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64_t n, const T *new_k, const T *new_v, T *out,  \
+                 int64_t H, int64_t KVH, float scale, float *qf, float *acc, float *s, int64_t S) {                            \
+    int64_t G = H / KVH, KD = KVH * 16 * NV;                                                                                   \
+    for (int64_t i = 0; i < H * NV; i++) st_f32(qf + 16 * i, LD(q + 16 * i) * scale);                                          \
+    for (int64_t t = 0; t < n; t++) {              /* scores */                                                               \
+        const T *row = new_k && t == n - 1 ? new_k : k + slots[t] * KD;                                                        \
+        if (t + AHEAD < n) prefetch_row((const char *)(k + slots[t + AHEAD] * KD), KD * sizeof(T));                            \
+        for (int64_t h = 0; h < KVH; h++) {                                                                                    \
+            vf x[NV];                                                                                                          \
+            for (int j = 0; j < NV; j++) x[j] = LD(row + (h * NV + j) * 16);                                                   \
+            for (int64_t g = h * G; g < (h + 1) * G; g++) {                                                                    \
+                vf d = ld_f32(qf + g * NV * 16) * x[0];                                                                        \
+                for (int j = 1; j < NV; j++) d += ld_f32(qf + (g * NV + j) * 16) * x[j];                                       \
+                s[g * S + t] = hsum(d);                                                                                        \
+            }                                                                                                                  \
+        }                                                                                                                      \
+    }                                                                                                                          \
+    float inv[H];                                                                                                              \
+    for (int64_t g = 0; g < H; g++) {              /* softmax, unnormalised: exp(s - max) and its sum */                      \
+        float *sg = s + g * S, m = -INFINITY, l = 0.f;                                                                         \
+        for (int64_t t = 0; t < n; t++) m = sg[t] > m ? sg[t] : m;                                                             \
+        _Pragma("omp simd reduction(+:l)")                                                                                     \
+        for (int64_t t = 0; t < n; t++) { float e = sg[t] - m; sg[t] = e < -80.f ? 0.f : expf(e); l += sg[t]; }               \
+        inv[g] = 1.f / l;           /* (below e^-80 a weight is 0: no denormals, which would be slow and change no bit of the sum) */ \
+    }                                                                                                                          \
+    memset(acc, 0, sizeof(float) * H * NV * 16);                                                                               \
+    for (int64_t t = 0; t < n; t++) {              /* the weighted sum of V */                                                \
+        const T *row = new_v && t == n - 1 ? new_v : v + slots[t] * KD;                                                        \
+        if (t + AHEAD < n) prefetch_row((const char *)(v + slots[t + AHEAD] * KD), KD * sizeof(T));                            \
+        for (int64_t h = 0; h < KVH; h++) {                                                                                    \
+            vf x[NV];                                                                                                          \
+            for (int j = 0; j < NV; j++) x[j] = LD(row + (h * NV + j) * 16);                                                   \
+            for (int64_t g = h * G; g < (h + 1) * G; g++) {                                                                    \
+                float p = s[g * S + t]; float *a = acc + g * NV * 16;                                                          \
+                for (int j = 0; j < NV; j++) st_f32(a + 16 * j, ld_f32(a + 16 * j) + p * x[j]);                                \
+            }                                                                                                                  \
+        }                                                                                                                      \
+    }                                                                                                                          \
+    for (int64_t i = 0; i < H * NV; i++) ST(out + 16 * i, ld_f32(acc + 16 * i) * inv[i / NV]);                                 \
+}
+#define ROWS(T, LD, ST, SUFFIX) ROW(row1_##SUFFIX, T, LD, ST, 1) ROW(row2_##SUFFIX, T, LD, ST, 2) ROW(row4_##SUFFIX, T, LD, ST, 4) \
+    ROW(row5_##SUFFIX, T, LD, ST, 5) ROW(row6_##SUFFIX, T, LD, ST, 6) ROW(row8_##SUFFIX, T, LD, ST, 8) ROW(row16_##SUFFIX, T, LD, ST, 16)
+ROWS(float, ld_f32, st_f32, f32)
+ROWS(uint16_t, ld_bf16, st_bf16, bf16)
+
+/* Every row of a step, split across nthreads.  Returns 2 for a head size it has no version for (the caller uses SDPA), 1 when out of memory. */
+#define DECODE(NAME, T, SUFFIX)                                                                                                \
 int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, const int64_t *ctx, const T *new_k, const T *new_v, \
-         T *out, int64_t R, int64_t H, int64_t KVH, int64_t D, float scale)                                                  \
-{                                                                                                                            \
-    int64_t G = H / KVH, KD = KVH * D, S = 1;                                                                                \
-    for (int64_t r = 0; r < R; r++) S = ctx[r] > S ? ctx[r] : S;                                                             \
-    float *s = malloc(sizeof(float) * H * S), *qf = malloc(sizeof(float) * H * D), *acc = malloc(sizeof(float) * H * D),    \
-          *row = malloc(sizeof(float) * KD), *sum = malloc(sizeof(float) * H);                                               \
-    if (!s || !qf || !acc || !row || !sum) { free(s); free(qf); free(acc); free(row); free(sum); return 1; }                \
-    for (int64_t r = 0; r < R; r++) {                                                                                        \
-        int64_t n = ctx[r];                                                                                                  \
-        const int64_t *slots = win + r * W;                                                                                  \
-        LOAD(q + r * H * D, qf, H * D);                                                                                      \
-        for (int64_t i = 0; i < H * D; i++) qf[i] *= scale;                                                                  \
-        for (int64_t t = 0; t < n; t++) {        /* scores: a key slot's row, every KV head, read once for all its queries */ \
-            LOAD(new_k && t == n - 1 ? new_k + r * KD : k + slots[t] * KD, row, KD);   /* new_k: the last key, not in the pool */ \
-            for (int64_t j = 0; j < H; j++) {                                                                                \
-                const float *qj = qf + j * D, *kj = row + (j / G) * D; float dot = 0.f;                                      \
-                for (int64_t d = 0; d < D; d++) dot += qj[d] * kj[d];                                                        \
-                s[j * S + t] = dot;                                                                                          \
-            }                                                                                                                \
-        }                                                                                                                    \
-        for (int64_t j = 0; j < H; j++) {        /* softmax, unnormalised: exp(s - max) and its sum */                      \
-            float *sj = s + j * S, m = -INFINITY, l = 0.f;                                                                   \
-            for (int64_t t = 0; t < n; t++) m = sj[t] > m ? sj[t] : m;                                                       \
-            _Pragma("omp simd reduction(+:l)")                                                                               \
-            for (int64_t t = 0; t < n; t++) { float x = sj[t] - m; sj[t] = x < -80.f ? 0.f : expf(x); l += sj[t]; }           \
-            sum[j] = l;          /* (below e^-80 a weight is 0: no denormals, which would be slow and change no bit of the sum) */ \
-        }                                                                                                                    \
-        memset(acc, 0, sizeof(float) * H * D);                                                                               \
-        for (int64_t t = 0; t < n; t++) {        /* the weighted sum of V, each slot's row read once */                     \
-            LOAD(new_v && t == n - 1 ? new_v + r * KD : v + slots[t] * KD, row, KD);                                         \
-            for (int64_t j = 0; j < H; j++) {                                                                                \
-                float p = s[j * S + t], *a = acc + j * D; const float *vj = row + (j / G) * D;                               \
-                for (int64_t d = 0; d < D; d++) a[d] += p * vj[d];                                                           \
-            }                                                                                                                \
-        }                                                                                                                    \
-        for (int64_t j = 0; j < H; j++) { float inv = 1.f / sum[j]; for (int64_t d = 0; d < D; d++) acc[j * D + d] *= inv; } \
-        STORE(out + r * H * D, acc, H * D);                                                                                  \
-    }                                                                                                                        \
-    free(s); free(qf); free(acc); free(row); free(sum);                                                                      \
-    return 0;                                                                                                                \
+         T *out, int64_t R, int64_t H, int64_t KVH, int64_t D, float scale, int nthreads) {                                    \
+    typedef void (*row_fn)(const T *, const T *, const T *, const int64_t *, int64_t, const T *, const T *, T *, int64_t, int64_t, float, float *, float *, float *, int64_t); \
+    row_fn f = D == 16 ? row1_##SUFFIX : D == 32 ? row2_##SUFFIX : D == 64 ? row4_##SUFFIX : D == 80 ? row5_##SUFFIX :        \
+               D == 96 ? row6_##SUFFIX : D == 128 ? row8_##SUFFIX : D == 256 ? row16_##SUFFIX : 0;                             \
+    if (!f || H % KVH) return 2;                                                                                               \
+    int64_t S = 1, KD = KVH * D;                                                                                               \
+    for (int64_t r = 0; r < R; r++) S = ctx[r] > S ? ctx[r] : S;                                                               \
+    S = (S + 15) / 16 * 16;                                                                                                    \
+    int64_t per = 2 * H * D + H * S;                                                                                           \
+    float *scratch = malloc(sizeof(float) * per * (nthreads < 1 ? 1 : nthreads));                                             \
+    if (!scratch) return 1;                                                                                                    \
+    _Pragma("omp parallel for num_threads(nthreads) schedule(static)")                                                         \
+    for (int64_t r = 0; r < R; r++) {                                                                                          \
+        float *own = scratch + omp_get_thread_num() * per;                                                                     \
+        f(q + r * H * D, k, v, win + r * W, ctx[r], new_k ? new_k + r * KD : 0, new_v ? new_v + r * KD : 0, out + r * H * D,   \
+          H, KVH, scale, own, own + H * D, own + 2 * H * D, S);                                                                \
+    }                                                                                                                          \
+    free(scratch);                                                                                                             \
+    return 0;                                                                                                                  \
 }
-DECODE_ATTENTION(decode_attention_f32, float, row_f32, out_f32)
-DECODE_ATTENTION(decode_attention_bf16, uint16_t, row_bf16, out_bf16)
+DECODE(decode_attention_f32, float, f32)
+DECODE(decode_attention_bf16, uint16_t, bf16)
 """
-# float sums reordered into vector lanes (-fassociative-math and the flags it needs), not -ffast-math: a library built with it
-# sets flush-to-zero for the whole thread that loads it
-DECODE_KERNEL_FLAGS = ('-O3', '-march=native', '-fassociative-math', '-fno-signed-zeros', '-fno-trapping-math', '-fno-math-errno',
-                      '-fopenmp-simd', '-fPIC', '-shared', '-std=c11')
+# -march=native: this CPU's widest vectors (the library is keyed by the CPU's flags); -fopenmp: PyTorch's OpenMP threads (Day 00).
+# Not -ffast-math: a library built with it sets flush-to-zero for the whole thread that loads it
+DECODE_KERNEL_FLAGS = ('-O3', '-march=native', '-fno-trapping-math', '-fno-math-errno', '-fopenmp', '-fPIC', '-shared', '-std=c11')
 
-_kernel: dict = {}                      # the loaded library, or the reason it could not be built: once per process
-_kernel_lock = threading.Lock()
+def _declare(lib):
+    for f in (lib.decode_attention_f32, lib.decode_attention_bf16):
+        f.restype = ctypes.c_int
+        f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_float, ctypes.c_int]
 
 def decode_kernel():
     """The decode-attention kernel, compiled on first use with the system's C compiler (`$CC`, else `cc`) into nanoserve's cache and
-    loaded with ctypes; None where it cannot be built, with the reason in `decode_kernel_error()` (the engine then uses SDPA)."""
-    with _kernel_lock:
-        if not _kernel:
-            try: _kernel['lib'] = _build_kernel()
-            except (OSError, subprocess.SubprocessError) as e:
-                _kernel['lib'], _kernel['error'] = None, f"{type(e).__name__}: {e}"
-                warnings.warn(f"decode attention falls back to SDPA: the C kernel could not be built ({_kernel['error']})", RuntimeWarning)
-        return _kernel['lib']
+    loaded with ctypes (Day 00's `c_library`); None where it cannot be built, with the reason in `decode_kernel_error()` (the engine then uses SDPA)."""
+    return c_library('decode_attention', DECODE_KERNEL_C, DECODE_KERNEL_FLAGS, ('-lmvec', '-lm'), _declare, fallback='SDPA')
 
 def decode_kernel_error() -> str | None:
     "Why the kernel could not be built (None: it was, or it has not been tried)."
-    return _kernel.get('error')
-
-def _build_kernel() -> ctypes.CDLL:
-    cc = os.environ.get('CC', 'cc')
-    key = hashlib.sha256('\0'.join([DECODE_KERNEL_C, cc, *DECODE_KERNEL_FLAGS, platform.machine(), ' '.join(sorted(cpu_flags()))]).encode()).hexdigest()[:16]
-    so = cache_dir()/'kernels'/f'decode_attention-{key}.so'        # keyed by source, compiler, flags and CPU: -march=native is the CPU's
-    if not so.exists():
-        so.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
-            (src := Path(tmp)/'decode_attention.c').write_text(DECODE_KERNEL_C)
-            done = subprocess.run([cc, *DECODE_KERNEL_FLAGS, str(src), '-o', str(Path(tmp)/'k.so'), '-lmvec', '-lm'], capture_output=True, text=True, timeout=120)
-            if done.returncode: raise OSError(f"{cc} failed: {done.stderr.strip()[-500:]}")
-            os.replace(Path(tmp)/'k.so', so)                            # whole or not at all, if two processes build it at once
-    lib = ctypes.CDLL(str(so))
-    for f in (lib.decode_attention_f32, lib.decode_attention_bf16):
-        f.restype = ctypes.c_int
-        f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_float]
-    return lib
+    return c_library_error('decode_attention')
 
 def kernel_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: torch.Tensor, context: torch.Tensor,
                      new_k: torch.Tensor | None = None, new_v: torch.Tensor | None = None) -> torch.Tensor | None:
     """`window_attention`'s result for a decode (q [R, heads, D]; pools [slots, kv_heads, D]; `win` [R * W] int64 slots; `context`
-    [R] int64, each row's keys, at most W) from the C kernel, reading the pool in place; None where the kernel does not apply.
+    [R] int64, each row's keys, at most W) from the C kernel, reading the pool in place, its rows split over `torch.get_num_threads()`
+    threads; None where the kernel does not apply (no compiler, float16, a head size other than 16, 32, 64, 80, 96, 128 or 256).
     With `new_k`/`new_v` ([R, kv_heads, D]) each row's last key is its own, not yet in the pool: `context` counts it, `win` need not."""
     lib = decode_kernel() if q.device.type == 'cpu' and q.dtype in (torch.float32, torch.bfloat16) else None
     if lib is None or not (kc.is_contiguous() and vc.is_contiguous() and kc.dtype == vc.dtype == q.dtype): return None
@@ -224,10 +243,11 @@ def kernel_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: t
     win, context, q = win.contiguous(), context.to(torch.int64).contiguous(), q.contiguous()
     out = torch.empty_like(q)
     f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
-    with torch.profiler.record_function('nanoserve::decode_attention_kernel'):        # named in a profile, as an operator would be
+    with named_in_profile('nanoserve::decode_attention_kernel'):
         failed = f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), win.data_ptr(), win.numel() // R, context.data_ptr(),
                    None if new_k is None else new_k.data_ptr(), None if new_v is None else new_v.data_ptr(), out.data_ptr(),
-                   R, H, kc.shape[1], D, 1 / math.sqrt(D))
+                   R, H, kc.shape[1], D, 1 / math.sqrt(D), torch.get_num_threads())
+    if failed == 2: return None                                # a head size the kernel has no version for: SDPA's
     if failed: raise MemoryError("the decode-attention kernel could not allocate its scratch")
     return out
 

@@ -4,14 +4,14 @@
 
 # %% ../nbs/00_core.ipynb #16a7f004
 from __future__ import annotations
-import hashlib, os
+import contextlib, ctypes, functools, hashlib, os, platform, subprocess, tempfile, threading, warnings
 from pathlib import Path
 import torch
 
 # %% auto #0
 __all__ = ['CACHE_ENV', 'DTYPES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError', 'ModelNotFound',
            'RequestError', 'PullError', 'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags', 'auto_dtype',
-           'resolve_dtype', 'sha256_file', 'human_bytes']
+           'resolve_dtype', 'sha256_file', 'human_bytes', 'c_library', 'c_library_error', 'named_in_profile']
 
 # %% ../nbs/00_core.ipynb #2b605166
 class NanoserveError(Exception):
@@ -61,13 +61,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(parse_dtype(dtype)).removeprefix('torch.')
 
 # %% ../nbs/00_core.ipynb #a2c71ab4
-def cpu_flags() -> set[str]:
-    "The CPU's feature flags from /proc/cpuinfo (empty where there is none)."
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    "The CPU's feature flags from /proc/cpuinfo (empty where there is none), read once: kernels ask on every call."
     try:
-        for line in open('/proc/cpuinfo'):
-            if line.startswith('flags'): return set(line.split(':', 1)[1].split())
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('flags'): return frozenset(line.split(':', 1)[1].split())
     except OSError: pass
-    return set()
+    return frozenset()
 
 def auto_dtype(device: str = 'cpu', flags: set[str] | None = None) -> tuple[str, str]:
     "(dtype name, why) for `dtype='auto'` on `device`: bfloat16 where the hardware computes it natively, else float32 (CPU) or float16 (CUDA)."
@@ -96,3 +98,46 @@ def human_bytes(n: float) -> str:
     for unit in ('B', 'kB', 'MB', 'GB', 'TB'):
         if abs(n) < 1000 or unit == 'TB': return f"{n:.0f} {unit}" if unit == 'B' else f"{n:.1f} {unit}"
         n /= 1000
+
+# %% ../nbs/00_core.ipynb #ckern02
+_c_libraries: dict = {}                 # name -> the loaded library, or the reason it could not be built: once per process
+_c_lock = threading.Lock()
+
+def c_library(name: str, source: str, flags: tuple[str, ...], libs: tuple[str, ...] = (), declare=None,
+              fallback: str = 'its PyTorch path') -> ctypes.CDLL | None:
+    """`source` compiled with the system's C compiler (`$CC`, else `cc`) into nanoserve's cache and loaded with ctypes, once per process;
+    `declare(lib)` sets its functions' types (and may refuse by raising OSError). None where it cannot be: warned once, reason in `c_library_error`."""
+    with _c_lock:
+        if name not in _c_libraries:
+            try:
+                lib = _build_c(name, source, tuple(flags), tuple(libs))
+                if declare is not None: declare(lib)
+                _c_libraries[name] = lib
+            except (OSError, subprocess.SubprocessError, AttributeError) as e:
+                _c_libraries[name] = f"{type(e).__name__}: {e}"
+                warnings.warn(f"{name} falls back to {fallback}: its C kernel could not be built ({_c_libraries[name]})", RuntimeWarning)
+        lib = _c_libraries[name]
+        return None if isinstance(lib, str) else lib
+
+def c_library_error(name: str) -> str | None:
+    "Why `c_library(name, ...)` returned None (None: it was built, or it has not been tried)."
+    lib = _c_libraries.get(name)
+    return lib if isinstance(lib, str) else None
+
+def _build_c(name: str, source: str, flags: tuple, libs: tuple) -> ctypes.CDLL:
+    cc = os.environ.get('CC', 'cc')
+    key = hashlib.sha256('\0'.join([source, cc, *flags, *libs, platform.machine(), ' '.join(sorted(cpu_flags()))]).encode()).hexdigest()[:16]
+    so = cache_dir()/'kernels'/f'{name}-{key}.so'
+    if not so.exists():
+        so.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
+            (src := Path(tmp)/f'{name}.c').write_text(source)
+            done = subprocess.run([cc, *flags, str(src), '-o', str(Path(tmp)/'k.so'), *libs], capture_output=True, text=True, timeout=120)
+            if done.returncode: raise OSError(f"{cc} failed: {done.stderr.strip()[-500:]}")
+            os.replace(Path(tmp)/'k.so', so)                            # whole or not at all, if two processes build it at once
+    return ctypes.CDLL(str(so))
+
+def named_in_profile(name: str):
+    """`torch.profiler.record_function(name)` while the profiler runs, so a kernel called through ctypes is named in a profile as an
+    operator would be; nothing otherwise (the context manager itself costs about 8 µs, and a decode step calls kernels 150 times)."""
+    return torch.profiler.record_function(name) if getattr(torch.autograd.profiler, '_is_profiler_enabled', True) else contextlib.nullcontext()
