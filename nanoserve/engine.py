@@ -63,6 +63,10 @@ class EngineConfig:
     fuse_projections: bool = _flag(True, 'one product for q/k/v and one for gate/up (Day 06)')
     gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
     pack_weights: bool = _flag(True, "linear weights reordered once for oneDNN (Day 06; CPU, float32 and bfloat16; a second copy of the weights)")
+    amx_linear: bool = _flag(True, "bfloat16 products of up to 32 rows (decodes) through Day 06's AMX kernel, where the CPU has AMX and pack_weights "
+                             "is on (a third copy of the weights); --no-amx-linear: oneDNN's packed product at every row count")
+    small_ops: bool = _flag(True, "RMSNorm, the rotary embedding and SiLU-times-up as one C pass each (Day 06; bfloat16 on the CPU, the same bits "
+                            "as the PyTorch operators but for RMSNorm's rare last-bit rounding); --no-small-ops: PyTorch's operators")
     decode_kernel: bool = _flag(True, "decode attention on the CPU through Day 12's C kernel, reading the KV pool in place (built with the system's C "
                                 "compiler on first use; SDPA where it cannot be); --no-decode-kernel: gather the window, then SDPA")
     prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed (Day 9); --no-prefix-cache computes every prompt whole")
@@ -165,14 +169,16 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
                               "directory, not a loaded model")
         if tokenizer is None: raise ConfigError("pass the tokenizer with a loaded model")
         if not hasattr(model, 'dtype_reason'): model.dtype_reason = 'the model was loaded before the engine'   # its dtype wins over config.dtype
-        return speed_up(model, config.fuse_projections, config.gemv, config.pack_weights), tokenizer, stop_ids_for(None, model, tokenizer)
+        return speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear, config.small_ops), tokenizer, stop_ids_for(None, model, tokenizer)
     path = Path(model)
     dtype, why = resolve_dtype(config.dtype, config.device)
     if config.tensor_parallel_size > 1:               # Day 19: rank 0's shard; the other ranks load theirs in their own processes
         q = quantize_spec(quantize, config.quantization, config.quant_group_size) if quantize and config.quantization != 'none' else None
         model = load_sharded(path, config.tensor_parallel_size, dtype=dtype, device=config.device, max_positions=config.max_model_len,
-                             fuse=config.fuse_projections, one_row=config.gemv, pack=config.pack_weights, quantize=q)
-    else: model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv, config.pack_weights)
+                             fuse=config.fuse_projections, one_row=config.gemv, pack=config.pack_weights, amx=config.amx_linear,
+                             small_ops=config.small_ops, quantize=q)
+    else: model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv, config.pack_weights,
+                          config.amx_linear, config.small_ops)
     model.dtype_reason = why
     with ranks_released_on_error(model):
         tokenizer = tokenizer or Tokenizer.from_dir(path)

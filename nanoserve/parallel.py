@@ -241,7 +241,8 @@ def close_group(tp: TensorParallel, timeout: float = 30.0, kill: bool = False):
 
 # %% ../nbs/19_parallel.ipynb #1fffb3f3
 def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cpu', max_positions: int | None = None,
-               fuse: bool = True, one_row: bool = True, pack: bool = True, quantize: dict | None = None) -> CausalLM:
+               fuse: bool = True, one_row: bool = True, pack: bool = True, amx: bool = True, small_ops: bool = True,
+               quantize: dict | None = None) -> CausalLM:
     """Rank `tp.rank`'s shard of the checkpoint in `path`: its heads, MLP columns and vocabulary rows, read as slices; the blocks whose outputs are
     partial sums wrapped to sum over the ranks. `quantize` (`quantize_spec`): the shard's layers quantized, by a later day's function named in it."""
     full, dtype = ModelConfig.from_dir(path), parse_dtype(dtype)
@@ -256,7 +257,7 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
     model.load_report = load_weights(model, path, dtype, device, tied, expected={n: tuple(p.shape) for n, p in whole.named_parameters() if n not in tied},
                                      read=lambda h, name, info: read_shard(h, name, shard_of(name, info.shape, tp.rank, tp.world)))
     model.rotary.to(device)
-    model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack)
+    model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack, amx, small_ops)
     if quantize: import_function(quantize['function'])(model, quantize['mode'], quantize['group_size'])   # before the wrapping hides the layers
     for layer in model.model.layers: layer.self_attn, layer.mlp = SumOverRanks(layer.self_attn, tp), SumOverRanks(layer.mlp, tp)
     model.lm_head = GatherVocab(model.lm_head, full.vocab_size, tp)
@@ -264,7 +265,7 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
     return model
 
 # %% ../nbs/19_parallel.ipynb #c8e5914f
-LOAD_KEYS = ('dtype', 'device', 'max_positions', 'fuse', 'one_row', 'pack', 'quantize')
+LOAD_KEYS = ('dtype', 'device', 'max_positions', 'fuse', 'one_row', 'pack', 'amx', 'small_ops', 'quantize')
 
 def import_function(spec: str):
     "The function a 'module:name' spec names: how a worker process finds a later day's part it cannot import by name in its own code."

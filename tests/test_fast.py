@@ -7,7 +7,8 @@ from nanoserve.engine import Engine, EngineConfig
 from nanoserve.launch import build_engine
 from nanoserve.batch import PersistentBatch
 from nanoserve.model import load_model, DenseKV
-from nanoserve.fast import speed_up, FastLinear, FusedAttention
+from nanoserve.fast import speed_up, FastLinear, FusedAttention, amx_kernel
+from nanoserve.elementwise import FastRMSNorm, elementwise_kernel
 from nanoserve.sampling import SamplingParams
 
 NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
@@ -42,9 +43,10 @@ def test_default_model_logits_match_the_reference_layers(default_model, dtype):
 def test_default_model_greedy_text_equals_the_reference(default_model, dtype):
     "A batch of four (fused GEMMs) and each prompt alone (one-row GEMVs): the same greedy tokens as Day 05's layers."
     params = SamplingParams(temperature=0, max_tokens=24)
-    ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, fuse_projections=False, gemv=False, pack_weights=False))
+    ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, fuse_projections=False, gemv=False, pack_weights=False, small_ops=False))
     fast = Engine.build(default_model, config=EngineConfig(dtype=dtype))
-    assert ref.model.fast == {'fuse': False, 'one_row': False, 'pack': False} and fast.model.fast == {'fuse': True, 'one_row': True, 'pack': True}
+    assert ref.model.fast == {'fuse': False, 'one_row': False, 'pack': False, 'amx': False, 'small_ops': False}
+    assert fast.model.fast == {'fuse': True, 'one_row': True, 'pack': True, 'amx': amx_kernel() is not None, 'small_ops': True}
     assert fast.model.lm_head.packed is not None and ref.model.lm_head.weight is ref.model.model.embed_tokens.weight
     # float32: every token. bfloat16 rounds differently per product shape (a fused GEMM, a float32-accumulating GEMV), and a
     # near-tie flips some way into a sentence (the 13th token of one prompt here): the first 8 tokens, and the logits test above.
@@ -69,11 +71,11 @@ def test_speed_up_refuses_other_settings_on_the_same_model(tiny):
     assert speed_up(m, True, True, True) is m
 
 def test_flags_turn_each_change_off(tiny):
-    "`--no-fuse-projections --no-gemv --no-pack-weights` are flags of generate; the text is the same either way (float32, a peaky-enough prompt)."
+    "`--no-fuse-projections --no-gemv --no-pack-weights --no-amx-linear --no-small-ops` are flags of generate; the text is the same either way (float32, a peaky-enough prompt)."
     path = str(tiny('llama_tied_gqa'))
     run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--dtype', 'float32', '--max-tokens', '8', *f, 'hello'],
                                                capture_output=True, text=True, check=True).stdout)
-    a, b = run(), run('--no-fuse-projections', '--no-gemv', '--no-pack-weights')
+    a, b = run(), run('--no-fuse-projections', '--no-gemv', '--no-pack-weights', '--no-amx-linear', '--no-small-ops')
     assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
@@ -96,3 +98,30 @@ def test_decode_kernel_flag_reaches_generate(tiny):
                                                capture_output=True, text=True, check=True).stdout)
     a, b = run(), run('--no-decode-kernel')
     assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b
+
+def test_amx_products_greedy_text_equals_onednn(default_model):
+    "Day 06's AMX kernel (decodes, up to 32 rows) against oneDNN's packed product (`--no-amx-linear`), bfloat16, the default model."
+    if amx_kernel() is None: pytest.skip('this CPU has no AMX (amx_tile, amx_bf16): the kernel is not used here, and oneDNN is the engine\'s product')
+    params = SamplingParams(temperature=0, max_tokens=24)
+    ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', amx_linear=False))
+    amx = Engine.build(default_model, config=EngineConfig(dtype='bfloat16'))
+    assert not ref.model.fast['amx'] and ref.model.lm_head.amx is None and amx.model.fast['amx'] and amx.model.lm_head.amx is not None
+    ids = [1, 504, 3575, 282, 4649, 314]
+    a, b = logits_of(ref.model, ids, 6), logits_of(amx.model, ids, 6)
+    assert ((a - b).abs().max() / a.abs().max()).item() < 2e-2 and (a.argmax(-1) == b.argmax(-1)).all()
+    # both sum in float32 and round once; their orders differ, so a product's last bit can, and a near-tie can flip late in a sentence
+    assert_same_greedy(ref, amx, params, 8)
+
+def test_small_ops_greedy_text_equals_pytorch_operators(default_model):
+    "Day 06's small operators in C (RMSNorm, rotary, SiLU-times-up) against PyTorch's (`--no-small-ops`), bfloat16, the default model."
+    if elementwise_kernel() is None: pytest.skip('no C compiler: the small operators are PyTorch\'s here')
+    params = SamplingParams(temperature=0, max_tokens=24)
+    ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', small_ops=False))
+    fast = Engine.build(default_model, config=EngineConfig(dtype='bfloat16'))
+    assert isinstance(fast.model.model.norm, FastRMSNorm) and not isinstance(ref.model.model.norm, FastRMSNorm)
+    ids = [1, 504, 3575, 282, 4649, 314]
+    a, b = logits_of(ref.model, ids, 6), logits_of(fast.model, ids, 6)
+    assert ((a - b).abs().max() / a.abs().max()).item() < 1e-2 and (a.argmax(-1) == b.argmax(-1)).all()
+    # the same roundings as PyTorch's but for RMSNorm's sum (and SiLU's exponential, from another library): one of these prompts
+    # meets a near-tie at its 18th token, so the first 16
+    assert_same_greedy(ref, fast, params, 16)
