@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument('--compare-vllm', action='store_true', help="run the workload through vLLM's offline LLM.generate too, from its own venv")
     o.add_argument('--vllm-venv', default='/work/peers/vllm', help='the venv bench/peers/install_vllm.sh made (default /work/peers/vllm)')
     o.add_argument('--seed', type=int, default=0)
+    o.add_argument('--repeats', type=int, default=1, help="run every engine this many times, in turn (a noisy machine's drift falls on all alike); "
+                   "the table gives each one's fastest and median run")
     o.add_argument('--csv', default='bench/results/offline.csv', help='where to write the results')
     add_engine_flags(o, skip=('dtype',))
     from nanoserve.servebench import add_serve_flags, add_compare_flags
@@ -148,7 +150,7 @@ def cmd_bench(args) -> int:
     if args.bench != 'offline':
         from nanoserve.servebench import cmd_bench_serve, cmd_bench_compare
         return {'serve': cmd_bench_serve, 'compare': cmd_bench_compare}[args.bench](args)
-    from nanoserve.offline_bench import (make_workload, run_nanoserve, run_transformers, run_vllm, ceilings, write_csv, machine, asdict)
+    from nanoserve.offline_bench import (make_workload, run_nanoserve, run_transformers, run_vllm, ceilings, write_csv, machine, asdict, best_of_repeats)
     from pathlib import Path
     from nanoserve.pull import resolve_model
     from nanoserve.launch import build_engine, config_from_args
@@ -171,36 +173,42 @@ def cmd_bench(args) -> int:
     from nanoserve.core import ConfigError
     if args.tensor_parallel_size > 1 and args.batch1_requests and rank_from_env() is not None:
         raise ConfigError("under torchrun, bench offline can build its split engine once: add --batch1-requests 0 (the batch-1 run needs a second one)")
+    if args.repeats < 1: raise RequestError(f"--repeats must be at least 1, got {args.repeats}")
     for dtype in args.dtypes.split(','):
-        engine = build_engine(path, config_from_args(args, dtype=dtype), batch=PersistentBatch, quantize=quantize_model)
-        w = make_workload(args.num_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
-        ceil = ceilings(engine.model, args.max_batch_size)
-        r = asdict(run_nanoserve(engine, w)); r.update(quantization=args.quantization); r.update(ceil, gemm_ceiling_share=r['output_tok_s'] / ceil['gemm_ceiling_tok_s']); rows.append(r)
-        if args.batch1_requests:
-            if sharded := args.tensor_parallel_size > 1: engine.close()          # the ranks serve one engine at a time: split the model again
-            one = build_engine(path if sharded else engine.model, config_from_args(args, dtype=dtype, max_batch_size=1),
-                               None if sharded else engine.tokenizer, batch=PersistentBatch, quantize=quantize_model)
-            w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
-            r1 = asdict(run_nanoserve(one, w1)); r1.update(quantization=args.quantization); r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
-            rows.append(r1); one.close()
-        engine.close()
-        if args.compare_transformers or args.compare_vllm: engine = one = None     # free the model before a peer loads its own
-        if args.compare_transformers: rows.append(asdict(run_transformers(peer_path, dtype, w, args.hf_batch_size)))
-        if args.compare_vllm:
-            rows.append(asdict(run_vllm(Path(args.vllm_venv)/'bin'/'python', peer_path, dtype, w, args.max_batch_size, args.max_model_len or 2048)))
-        print(f"[{dtype} done]", file=sys.stderr, flush=True)
+        for rep in range(args.repeats):                   # every engine once a round: the machine's drift falls on all of them alike
+            engine = build_engine(path, config_from_args(args, dtype=dtype), batch=PersistentBatch, quantize=quantize_model)
+            w = make_workload(args.num_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
+            ceil = ceilings(engine.model, args.max_batch_size)
+            r = asdict(run_nanoserve(engine, w)); r.update(quantization=args.quantization); r.update(ceil, gemm_ceiling_share=r['output_tok_s'] / ceil['gemm_ceiling_tok_s']); rows.append(r | {'repeat': rep})
+            if args.batch1_requests:
+                if sharded := args.tensor_parallel_size > 1: engine.close()          # the ranks serve one engine at a time: split the model again
+                one = build_engine(path if sharded else engine.model, config_from_args(args, dtype=dtype, max_batch_size=1),
+                                   None if sharded else engine.tokenizer, batch=PersistentBatch, quantize=quantize_model)
+                w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
+                r1 = asdict(run_nanoserve(one, w1)); r1.update(quantization=args.quantization); r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
+                rows.append(r1 | {'repeat': rep}); one.close()
+            engine.close()
+            if args.compare_transformers or args.compare_vllm: engine = one = None     # free the model before a peer loads its own
+            if args.compare_transformers: rows.append(asdict(run_transformers(peer_path, dtype, w, args.hf_batch_size)) | {'repeat': rep})
+            if args.compare_vllm:
+                rows.append(asdict(run_vllm(Path(args.vllm_venv)/'bin'/'python', peer_path, dtype, w, args.max_batch_size, args.max_model_len or 2048)) | {'repeat': rep})
+            print(f"[{dtype} round {rep + 1} of {args.repeats} done]", file=sys.stderr, flush=True)
     for r in rows: r['machine'] = machine()                  # the CPU model and its vector extensions, beside every number
     write_csv(rows, args.csv)
-    print(f"machine: {machine()}; {args.num_requests} requests, prompts {lo}-{hi} tokens, {args.output_len} output tokens each")
-    print(f"{'engine':<22}{'dtype':<10}{'batch':>6}{'out tok/s':>11}{'step p50 ms':>13}{'of ceiling':>12}")
-    for r in rows:
+    best, median = best_of_repeats(rows)
+    print(f"machine: {machine()}; {args.num_requests} requests, prompts {lo}-{hi} tokens, {args.output_len} output tokens each"
+          + (f"; fastest and median of {args.repeats} rounds" if args.repeats > 1 else ''))
+    print(f"{'engine':<22}{'dtype':<10}{'batch':>6}{'out tok/s':>11}{'(median)':>10}{'step p50 ms':>13}{'of ceiling':>12}")
+    for r in best:
         share = r.get('gemm_ceiling_share') or r.get('bandwidth_ceiling_share')
-        print(f"{r['engine']:<22}{r['dtype']:<10}{r['batch']:>6}{r['output_tok_s']:>11.1f}"
+        print(f"{r['engine']:<22}{r['dtype']:<10}{r['batch']:>6}{r['output_tok_s']:>11.1f}{median[(r['engine'], r['dtype'], r['batch'])]:>10.1f}"
               f"{(r['step_ms_p50'] or 0):>13.1f}{'' if share is None else f'{share:.0%}':>12}")
     for dtype in args.dtypes.split(','):
-        ours = next(r for r in rows if r['dtype'] == dtype and r['engine'] == 'nanoserve' and r['batch'] == args.max_batch_size)
-        for peer in (r for r in rows if r['dtype'] == dtype and r['engine'] != 'nanoserve'):
-            print(f"{dtype}: nanoserve / {peer['engine']} = {ours['output_tok_s'] / peer['output_tok_s']:.2f}x")
+        ours = next(r for r in best if r['dtype'] == dtype and r['engine'] == 'nanoserve' and r['batch'] == args.max_batch_size)
+        for peer in (r for r in best if r['dtype'] == dtype and r['engine'] != 'nanoserve'):
+            key = lambda r: (r['engine'], r['dtype'], r['batch'])
+            print(f"{dtype}: nanoserve / {peer['engine']} = {ours['output_tok_s'] / peer['output_tok_s']:.2f}x"
+                  + (f" (medians: {median[key(ours)] / median[key(peer)]:.2f}x)" if args.repeats > 1 else ''))
     print(f"wrote {args.csv}")
     return 0
 

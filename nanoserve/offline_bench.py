@@ -15,7 +15,7 @@ from .sampling import SamplingParams
 
 # %% auto #0
 __all__ = ['VLLM_OFFLINE', 'Workload', 'make_workload', 'BenchResult', 'run_nanoserve', 'run_transformers', 'run_vllm',
-           'gemm_rate', 'memory_bandwidth', 'ceilings', 'write_csv', 'cpu_model', 'machine']
+           'gemm_rate', 'memory_bandwidth', 'ceilings', 'write_csv', 'cpu_model', 'machine', 'best_of_repeats']
 
 # %% ../nbs/24_offline_bench.ipynb #3daeb812
 @dataclass(frozen=True)
@@ -166,3 +166,11 @@ def cpu_model() -> str:
 def machine() -> str:
     "A line naming this machine: CPU model and extensions, cores, torch, threads."
     return f"{cpu_model()}, {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+def best_of_repeats(rows: list[dict]) -> tuple[list[dict], dict]:
+    "The fastest run of each (engine, dtype, batch) among `bench offline --repeats` rounds, in first-seen order, and each one's median output tok/s."
+    import statistics
+    runs: dict = {}
+    for r in rows: runs.setdefault((r['engine'], r['dtype'], int(r['batch'])), []).append(r)
+    best = [max(rs, key=lambda r: float(r['output_tok_s'])) for rs in runs.values()]
+    return best, {k: statistics.median(float(r['output_tok_s']) for r in rs) for k, rs in runs.items()}

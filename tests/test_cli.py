@@ -77,3 +77,15 @@ def test_bench_offline_writes_csv(tiny, tmp_path):
     rows = list(csv.DictReader(open(out)))
     assert [(x['engine'], x['batch']) for x in rows] == [('nanoserve', '4'), ('nanoserve', '1'), ('transformers.generate', '2')]
     assert all(float(x['output_tok_s']) > 0 for x in rows) and 'nanoserve / transformers' in r.stdout
+
+def test_bench_offline_repeats_every_engine_in_turn(tiny, tmp_path):
+    "`--repeats 2`: each engine twice, in rounds (a round is every engine once), and the table names the fastest and the median."
+    import csv
+    out = tmp_path/'b.csv'
+    r = run('bench', 'offline', '--model', str(tiny('llama_tied_gqa')), '--num-requests', '2', '--prompt-len', '4:8', '--output-len', '3',
+            '--batch1-requests', '1', '--compare-transformers', '--hf-batch-size', '2', '--dtypes', 'float32', '--max-batch-size', '2',
+            '--repeats', '2', '--csv', str(out))
+    rows = list(csv.DictReader(open(out)))
+    assert [(x['engine'], x['repeat']) for x in rows] == [(e, rep) for rep in '01' for e in ('nanoserve', 'nanoserve', 'transformers.generate')]
+    assert 'fastest and median of 2 rounds' in r.stdout and '(medians: ' in r.stdout
+    assert run('bench', 'offline', '--model', str(tiny('llama_tied_gqa')), '--repeats', '0', check=False).returncode == 2
