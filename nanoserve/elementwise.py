@@ -131,13 +131,17 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
     return out
 
 # %% ../nbs/06_elementwise.ipynb #ew000015
+def _shell(cls):
+    "An instance of the module class `cls` with nn.Module's own state and nothing else: its tensors are then shared, not made."
+    m = cls.__new__(cls); nn.Module.__init__(m)
+    return m
+
 class FastRMSNorm(RMSNorm):
     "Day 04's `RMSNorm` through `rms_norm` where it applies."
     @classmethod
     def of(cls, norm: RMSNorm) -> FastRMSNorm:
         "The same norm, its weight shared."
-        fast = cls.__new__(cls); nn.Module.__init__(fast)
-        fast.weight, fast.eps = norm.weight, norm.eps
+        fast = _shell(cls); fast.weight, fast.eps = norm.weight, norm.eps
         return fast
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,8 +153,7 @@ class FastRotary(RotaryEmbedding):
     @classmethod
     def of(cls, rotary: RotaryEmbedding) -> FastRotary:
         "The same embedding, its cos/sin tables shared."
-        fast = cls.__new__(cls); nn.Module.__init__(fast)
-        fast.register_buffer('cos', rotary.cos, persistent=False); fast.register_buffer('sin', rotary.sin, persistent=False)
+        fast = _shell(cls); fast.register_buffer('cos', rotary.cos, persistent=False); fast.register_buffer('sin', rotary.sin, persistent=False)
         return fast
 
     def forward(self, positions: torch.Tensor, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
