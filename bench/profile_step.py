@@ -36,14 +36,19 @@ def group_of(name: str) -> str:
         if any(k in name for k in keys): return g
     return 'other ops'
 
-def measure(path, dtype: str, rows: int, arm: str, context: int = 128, steps: int = 20) -> dict:
+def decoding_engine(path, dtype: str, rows: int, arm: str, context: int = 128, warm_width: int = 256, max_tokens: int = 400):
+    "An engine of `arm` with `rows` requests of `context` random tokens, decoded past their prefill: every step from here is `rows` decodes."
     cfg = EngineConfig(dtype=dtype, max_batch_size=rows, max_model_len=1024, **ARMS[arm],
-                       **({'warm_rows': rows, 'warm_width': 256} if 'compile' in arm else {}))
+                       **({'warm_rows': rows, 'warm_width': warm_width} if 'compile' in arm else {}))
     eng = build_engine(path, cfg, batch=PersistentBatch)
     g = torch.Generator().manual_seed(0)
     for _ in range(rows):
-        eng.add_request(torch.randint(3, 40000, (context,), generator=g).tolist(), SamplingParams(temperature=0, max_tokens=400, ignore_eos=True))
+        eng.add_request(torch.randint(3, 40000, (context,), generator=g).tolist(), SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True))
     while any(r.num_computed_tokens < context for r in eng.scheduler.running) or eng.scheduler.waiting: eng.step()
+    return eng
+
+def measure(path, dtype: str, rows: int, arm: str, context: int = 128, steps: int = 20) -> dict:
+    eng = decoding_engine(path, dtype, rows, arm, context)
     for _ in range(3): eng.step()
     ts = []
     for _ in range(steps):

@@ -5,11 +5,13 @@
     python bench/peers/side_by_side.py --server-cpus 0,1 --client-cpus 0,1
 
 One server at a time: launch it pinned to --server-cpus (taskset), warm it up, run the plan as a crowd and open loop
-at each rate, stop it; then the next. The client (this process) is pinned to --client-cpus, by default the other core.
-Writes OUT/plan.json, OUT/<server>.{csv,png,runs.jsonl}, OUT/side_by_side.{csv,png,txt}. Not part of CI: vLLM takes
-minutes to start and lives in its own venv (bench/peers/install_vllm.sh).
+at each rate, stop it; then the next. With --repeats N, N rounds of that, the servers in turn in each, so a noisy
+machine's drift falls on both alike; the summary compares each server's median round per mode (and every round is
+listed). The client (this process) is pinned to --client-cpus, by default the other core.
+Writes OUT/plan.json, OUT/<server>[.roundK].{csv,png,runs.jsonl}, OUT/side_by_side.{csv,png,txt}. Not part of CI: vLLM
+takes minutes to start and lives in its own venv (bench/peers/install_vllm.sh).
 """
-import argparse, os, sys, time
+import argparse, os, statistics, sys, time
 from pathlib import Path
 from nanoserve.loadgen import make_plan, spawn_server, free_port, nanoserve_command, parse_lengths
 from nanoserve.loadreport import LoadReport, table, write_csv, plot_reports
@@ -20,6 +22,14 @@ from nanoserve.offline_bench import machine
 from nanoserve.core import auto_dtype
 
 HERE = Path(__file__).resolve().parent
+
+METRICS = ('out', 'tpot_p50', 'itl_p99', 'ttft_p50')
+
+def metric(report: LoadReport, m: str) -> float:
+    "Output tok/s ('out'), or a latency percentile in ms ('tpot_p50': the report's tpot.p50)."
+    if m == 'out': return report.output_throughput
+    dist, q = m.split('_')
+    return 1e3 * getattr(getattr(report, dist), q)
 
 def servers(args, path, name, ncpu):
     "name -> (command builder of a port, extra env)."
@@ -42,6 +52,7 @@ def main():
     p.add_argument('--dtype', default=auto_dtype()[0], help="both servers' dtype (default: nanoserve's auto for this machine, %(default)s)")
     p.add_argument('--nanoserve-flags', default='', help='extra flags for nanoserve serve, e.g. "--cuda-graphs --warm-rows 4"')
     p.add_argument('--boot-timeout', type=float, default=900)
+    p.add_argument('--repeats', type=int, default=1, help='rounds of every server in turn (default 1)')
     p.add_argument('--out', default='bench/results/peers')
     args = p.parse_args()
     os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(',')})
@@ -54,36 +65,50 @@ def main():
     rates = [float(r) for r in args.rates.split(',') if r]
     ncpu = len(args.server_cpus.split(','))
     table_ = servers(args, path, name, ncpu)
-    runs, boots = {}, {}
-    for server in args.servers.split(','):
-        command, env = table_[server]
-        port = free_port()
-        t0 = time.monotonic()
-        print(f"[{server}] starting on cpus {args.server_cpus}", file=sys.stderr, flush=True)
-        with spawn_server(command=command(port), port=port, cpus=args.server_cpus, env=env, timeout=args.boot_timeout) as (url, boot):
-            boots[server] = boot
-            print(f"[{server}] healthy after {boot:.0f} s", file=sys.stderr, flush=True)
-            runs[server] = bench_serve(url, name, plan, rates, label=server, seed=args.seed, log=lambda m: print(m, file=sys.stderr, flush=True))
-        save_runs(runs[server], out, server, f'{server}: {name} {args.dtype}, server cpus {args.server_cpus}')
-        print(f"[{server}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-    reports = [LoadReport.of(r) for rs in runs.values() for r in rs]
+    names = args.servers.split(',')
+    rounds, boots = [], {n: [] for n in names}                   # rounds[k][server] -> that round's runs (crowd, then each rate)
+    for k in range(args.repeats):
+        rounds.append({})
+        for server in names:
+            command, env = table_[server]
+            port = free_port()
+            t0 = time.monotonic()
+            print(f"[{server}] round {k + 1}: starting on cpus {args.server_cpus}", file=sys.stderr, flush=True)
+            with spawn_server(command=command(port), port=port, cpus=args.server_cpus, env=env, timeout=args.boot_timeout) as (url, boot):
+                boots[server].append(boot)
+                print(f"[{server}] healthy after {boot:.0f} s", file=sys.stderr, flush=True)
+                rounds[k][server] = bench_serve(url, name, plan, rates, label=server if args.repeats == 1 else f'{server} r{k + 1}', seed=args.seed,
+                                                log=lambda m: print(m, file=sys.stderr, flush=True))
+            save_runs(rounds[k][server], out, server if args.repeats == 1 else f'{server}.round{k + 1}',
+                      f'{server}: {name} {args.dtype}, server cpus {args.server_cpus}' + (f', round {k + 1}' if args.repeats > 1 else ''))
+            print(f"[{server}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    reports = [LoadReport.of(r) for rnd in rounds for rs in rnd.values() for r in rs]
     mach = machine()
     write_csv(reports, out/'side_by_side.csv', {'machine': mach, 'server_cpus': args.server_cpus, 'client_cpus': args.client_cpus,
                                                  'dtype': args.dtype, 'max_batch_size': args.max_batch_size})
     import matplotlib; matplotlib.use('Agg')
     plot_reports(reports, out/'side_by_side.png', f'{name} {args.dtype}: {plan.name}; server on cpu {args.server_cpus}, client on cpu {args.client_cpus}')
-    names = list(runs)
     lines = [f"machine: {mach}", f"plan: {plan.name} (fingerprint {plan.fingerprint}); server cpus {args.server_cpus}, client cpus {args.client_cpus}, "
-             f"{args.dtype}, max batch {args.max_batch_size}, nanoserve flags: {args.nanoserve_flags or 'none'}", 'boot to healthy: ' + ', '.join(f'{k} {v:.0f} s' for k, v in boots.items()), '',
-             table(reports), '']
+             f"{args.dtype}, max batch {args.max_batch_size}, nanoserve flags: {args.nanoserve_flags or 'none'}; {args.repeats} round(s)",
+             'boot to healthy: ' + ', '.join(f"{k} {', '.join(f'{v:.0f}' for v in vs)} s" for k, vs in boots.items()), '', table(reports), '']
     if len(names) == 2:
-        a, b = runs[names[0]], runs[names[1]]
-        for ra, rb in zip(a, b):
-            same = sum(x == y for x, y in zip(ra.texts, rb.texts))
-            pa, pb = LoadReport.of(ra), LoadReport.of(rb)
-            lines.append(f"{ra.mode}{'' if ra.plan.rate is None else f' {ra.plan.rate:g}/s'}: identical texts {same}/{len(ra.texts)}; "
-                         f"output tok/s {names[0]}/{names[1]} = {pa.output_throughput / pb.output_throughput:.2f}x; "
-                         f"TPOT p50 {1e3 * pa.tpot.p50:.0f} vs {1e3 * pb.tpot.p50:.0f} ms; TTFT p50 {1e3 * pa.ttft.p50:.0f} vs {1e3 * pb.ttft.p50:.0f} ms")
+        mode = lambda r: f"{r.mode}{'' if r.plan.rate is None else f' {r.plan.rate:g}/s'}"
+        for k, rnd in enumerate(rounds):
+            a, b = rnd[names[0]], rnd[names[1]]
+            for ra, rb in zip(a, b):
+                same = sum(x == y for x, y in zip(ra.texts, rb.texts))
+                pa, pb = LoadReport.of(ra), LoadReport.of(rb)
+                lines.append(f"round {k + 1}, {mode(ra)}: identical texts {same}/{len(ra.texts)}; output tok/s {names[0]}/{names[1]} = "
+                             f"{pa.output_throughput / pb.output_throughput:.2f}x ({pa.output_throughput:.1f} vs {pb.output_throughput:.1f}); "
+                             f"TPOT p50 {1e3 * pa.tpot.p50:.0f} vs {1e3 * pb.tpot.p50:.0f} ms; ITL p99 {1e3 * pa.itl.p99:.0f} vs {1e3 * pb.itl.p99:.0f} ms; "
+                             f"TTFT p50 {1e3 * pa.ttft.p50:.0f} vs {1e3 * pb.ttft.p50:.0f} ms")
+        if args.repeats > 1:
+            lines += ['', f'medians over the {args.repeats} rounds:']
+            for i, r0 in enumerate(rounds[0][names[0]]):
+                med = {n: {m: statistics.median(metric(LoadReport.of(rnd[n][i]), m) for rnd in rounds) for m in METRICS} for n in names}
+                a, b = med[names[0]], med[names[1]]
+                lines.append(f"{mode(r0)}: output tok/s {a['out']:.1f} vs {b['out']:.1f} = {a['out'] / b['out']:.2f}x; TPOT p50 {a['tpot_p50']:.0f} vs "
+                             f"{b['tpot_p50']:.0f} ms; ITL p99 {a['itl_p99']:.0f} vs {b['itl_p99']:.0f} ms; TTFT p50 {a['ttft_p50']:.0f} vs {b['ttft_p50']:.0f} ms")
     text = '\n'.join(lines)
     (out/'side_by_side.txt').write_text(text + '\n')
     print(text)
