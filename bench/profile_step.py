@@ -6,8 +6,8 @@
 
 Arms: `reference` (Day 05's layers: fuse_projections, gemv and pack_weights off), `fused` (one product for q/k/v and
 for gate/up), `fused+gemv` (and one-row products through the compiled GEMV), `onednn` (and oneDNN's packed weights at every row count:
-the third pass's default), `amx` (and Day 06's AMX kernel for products of up to 32 rows where the CPU has AMX), `fast` (and
-Day 06's small operators in C: the default), `fast+compile` (the same, the decode step recorded by the compile recorder, as `--cuda-graphs` does on CPU). Each arm is a fresh engine: `rows` requests with
+the third pass's default), `amx` (and Day 06's AMX kernel for products of up to 32 rows where the CPU has AMX), `layers` (and
+Day 06's small operators in C: the fourth pass's default), `fast` (and a step of decodes as one C call, Day 13: the default), `fast+compile` (the same, the decode step recorded by the compile recorder, as `--cuda-graphs` does on CPU). Each arm is a fresh engine: `rows` requests with
 128-token random prompts, decoded past their prefill; then 20 decode steps timed and 5 profiled. Self CPU time is
 grouped by op into GEMM, attention, K/V gather and write, compiled kernels, and the rest (Python, small ops,
 sampling). Writes OUT/profile_step.csv and OUT/profile_step.txt with the machine line. Not part of CI.
@@ -24,9 +24,9 @@ from nanoserve.pull import resolve_model
 from nanoserve.offline_bench import write_csv, machine
 
 ARMS = {'reference': dict(fuse_projections=False, gemv=False, pack_weights=False), 'fused': dict(gemv=False, pack_weights=False),
-        'fused+gemv': dict(pack_weights=False), 'onednn': dict(amx_linear=False, small_ops=False), 'amx': dict(small_ops=False), 'fast': {},
+        'fused+gemv': dict(pack_weights=False), 'onednn': dict(amx_linear=False, small_ops=False), 'amx': dict(small_ops=False), 'layers': dict(decode_call=False), 'fast': {},
         'fast+compile': dict(bucket_decode=True, persist_inputs=True, capture_decode=True)}
-GROUPS = (('gemm', ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::linear', 'aten::matmul', '_linear_pointwise', 'amx_linear')),
+GROUPS = (('one decode call', ('nanoserve::decode_call',)), ('gemm', ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::linear', 'aten::matmul', '_linear_pointwise', 'amx_linear')),
           ('attention', ('scaled_dot_product', 'flash_attention', 'decode_attention_kernel')),
           ('kv gather/write', ('aten::index_select', 'aten::index_copy', 'aten::index', 'aten::gather')),
           ('compiled kernels', ('Compiled', 'inductor', 'graph_', 'cpp_fused', 'kernel')))

@@ -13,9 +13,9 @@ from .kvcache import KVCache
 from .core import c_library, c_library_error, named_in_profile
 
 # %% auto #0
-__all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk', 'AttentionMetadata',
-           'build_metadata', 'window_attention', 'PagedAttention', 'decode_kernel', 'decode_kernel_error',
-           'kernel_attention', 'InvariantPagedAttention']
+__all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'DECODE_KERNEL_HEAD_SIZES', 'INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk',
+           'AttentionMetadata', 'build_metadata', 'window_attention', 'decode_slots', 'PagedAttention', 'decode_kernel',
+           'decode_kernel_error', 'kernel_attention', 'InvariantPagedAttention']
 
 # %% ../nbs/12_attention.ipynb #2c0509f4
 @dataclass
@@ -68,6 +68,11 @@ def window_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: t
     o = F.scaled_dot_product_attention(q.view(R, kvh, -1, D), K.transpose(1, 2), V.transpose(1, 2), attn_mask=mask[:, None, None, :])
     return o.reshape(R, -1, D)
 
+def decode_slots(cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
+    "The decodes' window: each decode row's first `width` slots (width the longest context), flattened to [nd * width] int64, padding slots at 0."
+    width = int(meta.decode_context.max())
+    return cache.slots[meta.decode_rows, :width].to(torch.int64).clamp_(min=0).flatten()
+
 class PagedAttention(AttentionBackend):
     "Attention over a `KVCache` for one step described by `AttentionMetadata`."
     def __init__(self, cache: KVCache, meta: AttentionMetadata, kernel: bool = True):
@@ -78,10 +83,8 @@ class PagedAttention(AttentionBackend):
         """The decodes' window, the same for every layer of the step: slots [nd * width] (width the longest context) and the mask
         [nd, width] as SDPA would make it from a boolean one (0 where a row sees the key, -inf past its context), made once."""
         if self._window is None:
-            m = self.meta
-            width = int(m.decode_context.max())
-            win = self.cache.slots[m.decode_rows, :width].to(torch.int64).clamp_(min=0).flatten()   # [nd * width]
-            seen = torch.arange(width) < m.decode_context[:, None]
+            win, m = decode_slots(self.cache, self.meta), self.meta           # [nd * width]
+            seen = torch.arange(win.numel() // m.num_decodes) < m.decode_context[:, None]
             self._window = win, torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float('-inf'))
         return self._window
 
@@ -223,6 +226,7 @@ DECODE(decode_attention_bf16, uint16_t, bf16)
 # -march=native: this CPU's widest vectors (the library is keyed by the CPU's flags); -fopenmp: PyTorch's OpenMP threads (Day 00).
 # Not -ffast-math: a library built with it sets flush-to-zero for the whole thread that loads it
 DECODE_KERNEL_FLAGS = ('-O3', '-march=native', '-fno-trapping-math', '-fno-math-errno', '-fopenmp', '-fPIC', '-shared', '-std=c11')
+DECODE_KERNEL_HEAD_SIZES = (16, 32, 64, 80, 96, 128, 256)      # the head sizes it has a version for
 
 def _declare(lib):
     for f in (lib.decode_attention_f32, lib.decode_attention_bf16):

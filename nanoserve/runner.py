@@ -8,6 +8,7 @@ import torch
 from .model import CausalLM
 from .kvcache import KVCache
 from .attention import SeqChunk, build_metadata, PagedAttention, InvariantPagedAttention, INVARIANT_PAD
+from .decode_call import DecodeCall, decode_call_refusal
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
 from .sampling import sample, stop_token_set
 from .grammar import constrain
@@ -21,9 +22,13 @@ def _pad_to(n: int, multiple: int) -> int: return max(multiple, -(-n // multiple
 class ModelRunner:
     "Runs the model for one scheduled step and samples."
     def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False,
-                 decode_kernel: bool = True):
+                 decode_kernel: bool = True, decode_call: bool = True):
         self.model, self.cache, self.stop_ids, self.batch_invariant = model, cache, set(stop_ids), batch_invariant
         self.decode_kernel = decode_kernel      # decodes' attention through Day 12's C kernel where it applies
+        # Day 13: pure-decode steps as one C call where the model and cache allow it; why not, where they do not
+        self.decode_call_off = ('turned off (decode_call=False)' if not decode_call else 'batch-invariant mode' if batch_invariant else
+                                "Day 12's decode kernel is off" if not decode_kernel else decode_call_refusal(model, cache))
+        self.decode_call = DecodeCall(model, cache) if self.decode_call_off is None else None
         self.decode_path = None   # Day 54: an object whose run(rows, tokens, context_lens) serves pure-decode steps
         self.grammars = None      # Day 15: the engine's GrammarCompiler, once a request asked for structured output
 
@@ -66,6 +71,8 @@ class ModelRunner:
 
     def logits(self, input_ids: torch.Tensor, positions: torch.Tensor, meta, sample_idx: list[int]) -> torch.Tensor | None:
         "The forward of a prepared step, and float32 logits [len(sample_idx), vocab] of its sampled rows (None when no row samples)."
+        if self.decode_call is not None and len(sample_idx) == meta.num_decodes == len(meta.chunks):
+            if (logits := self.decode_call(input_ids, meta)) is not None: return logits          # every row a decode that samples
         attn = InvariantPagedAttention(self.cache, meta) if self.batch_invariant else PagedAttention(self.cache, meta, self.decode_kernel)
         hidden = self.model(input_ids, positions, attn)
         if not sample_idx: return None

@@ -139,3 +139,43 @@ def test_small_ops_greedy_text_equals_pytorch_operators(default_model):
     assert isinstance(fast.model.model.norm, FastRMSNorm) and not isinstance(ref.model.model.norm, FastRMSNorm)
     # the same roundings as PyTorch's but for RMSNorm's sum (and SiLU's exponential, from another library): up to the ties
     assert_same_bfloat16_model(ref, fast, 1e-2)
+
+def counting(runner):
+    "Count the steps `runner` gives to its Day 13 decode call that the call takes (it answers None for the others)."
+    call, taken = runner.decode_call, []
+    def spy(ids, meta):
+        out = call(ids, meta)
+        if out is not None: taken.append(len(ids))
+        return out
+    runner.decode_call = spy
+    return taken
+
+def test_decode_call_gives_the_layers_tokens_and_logprobs(default_model):
+    "Day 13's one-call decode against the layers' forward (`--no-decode-call`), bfloat16, the default model: the same bits, so every token and logprob."
+    if amx_kernel() is None: pytest.skip("this CPU has no AMX: a decode step is not one call here (Day 13's decode_call_refusal)")
+    ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', decode_call=False))
+    one = Engine.build(default_model, config=EngineConfig(dtype='bfloat16'))
+    assert ref.runner.decode_call is None and one.runner.decode_call_off is None, one.runner.decode_call_off
+    taken = counting(one.runner)
+    for params in (SamplingParams(temperature=0, max_tokens=24, logprobs=3), SamplingParams(temperature=0.8, top_p=0.9, seed=7, max_tokens=24, logprobs=1)):
+        want, got = ref.generate(PROMPTS, params, use_tqdm=False), one.generate(PROMPTS, params, use_tqdm=False)
+        assert [o.token_ids for o in got] == [o.token_ids for o in want] and [o.logprobs for o in got] == [o.logprobs for o in want]
+        assert [one.generate([p], params, use_tqdm=False)[0].token_ids for p in PROMPTS] == [o.token_ids for o in want]
+    assert len(taken) >= 4 * 23 and 4 in taken and 1 in taken       # decodes of the batch of four and of each prompt alone went through it
+
+def test_decode_call_is_off_where_it_does_not_apply(tiny):
+    "The runner says why it runs the layers: float32, the batch-invariant mode, the flag, the decode kernel off; and each still generates."
+    path = tiny('llama_tied_gqa')
+    for cfg, says in ((EngineConfig(dtype='float32'), 'bfloat16'), (EngineConfig(dtype='bfloat16', batch_invariant=True), 'batch-invariant'),
+                      (EngineConfig(dtype='bfloat16', decode_call=False), 'turned off'), (EngineConfig(dtype='bfloat16', decode_kernel=False), 'decode kernel')):
+        eng = Engine.build(path, config=cfg)
+        assert eng.runner.decode_call is None and says in eng.runner.decode_call_off, (cfg, eng.runner.decode_call_off)
+        assert len(eng.generate(['hello'], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)[0].token_ids) == 4
+
+def test_decode_call_flag_reaches_generate(tiny):
+    "`--no-decode-call` is a flag of generate, and in bfloat16 the tokens are the same either way."
+    path = str(tiny('llama_tied_gqa'))
+    run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--dtype', 'bfloat16', '--max-tokens', '12', *f, 'hello'],
+                                               capture_output=True, text=True, check=True).stdout)
+    a, b = run(), run('--no-decode-call')
+    assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b
