@@ -14,8 +14,8 @@ from .core import c_library, c_library_error, named_in_profile
 
 # %% auto #0
 __all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'DECODE_KERNEL_HEAD_SIZES', 'INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk',
-           'AttentionMetadata', 'build_metadata', 'window_attention', 'decode_slots', 'PagedAttention', 'decode_kernel',
-           'decode_kernel_error', 'kernel_attention', 'InvariantPagedAttention']
+           'AttentionMetadata', 'build_metadata', 'window_attention', 'chunk_attention', 'decode_slots',
+           'PagedAttention', 'decode_kernel', 'decode_kernel_error', 'kernel_attention', 'InvariantPagedAttention']
 
 # %% ../nbs/12_attention.ipynb #2c0509f4
 @dataclass
@@ -68,6 +68,16 @@ def window_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: t
     o = F.scaled_dot_product_attention(q.view(R, kvh, -1, D), K.transpose(1, 2), V.transpose(1, 2), attn_mask=mask[:, None, None, :])
     return o.reshape(R, -1, D)
 
+def chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Day 05's `sdpa_reference` (n new queries [n, H, D] over their sequence's L keys [L, kv_heads, D], causal, the queries last)
+    through SDPA's fused kernel: batched 4-D inputs, grouped K/V heads without copies, the causal mask bottom-right aligned
+    (`is_causal` when the chunk is the whole sequence)."""
+    n, L = q.shape[0], k.shape[0]
+    mask = None if n == L else (torch.arange(L, device=q.device)[None, :] <= (L - n + torch.arange(n, device=q.device))[:, None])[None, None]
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=mask,
+                                         is_causal=mask is None and n > 1, enable_gqa=q.shape[1] != k.shape[1])
+    return out[0].transpose(0, 1)                                 # [n, H, D]
+
 def decode_slots(cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
     "The decodes' window: each decode row's first `width` slots (width the longest context), flattened to [nd * width] int64, padding slots at 0."
     width = int(meta.decode_context.max())
@@ -104,7 +114,7 @@ class PagedAttention(AttentionBackend):
         if nd: out[:nd] = self.decodes(q[:nd], kc, vc)
         for c in m.chunks[nd:]:
             idx = self.cache.slots[c.row, :c.context_len].to(torch.int64)
-            out[c.start:c.start + c.num_tokens] = sdpa_reference(q[c.start:c.start + c.num_tokens], kc[idx], vc[idx])
+            out[c.start:c.start + c.num_tokens] = chunk_attention(q[c.start:c.start + c.num_tokens], kc[idx], vc[idx])
         return out
 
 # %% ../nbs/12_attention.ipynb #13389589

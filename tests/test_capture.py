@@ -13,7 +13,8 @@ from nanoserve.capture import (CapturedDecode, CaptureError, CaptureLimitError, 
 from nanoserve.warm import warm_decode
 from nanoserve.launch import build_engine
 
-CAPTURE = dict(bucket_decode=True, persist_inputs=True, capture_decode=True, persistent_batch=False)   # Day 58's batch is tested in test_batch.py
+# float32 whatever the machine's default: these tests compare recorded decodes with an eager float32 engine token for token
+CAPTURE = dict(bucket_decode=True, persist_inputs=True, capture_decode=True, persistent_batch=False, dtype='float32')   # Day 58's batch is tested in test_batch.py
 RECORDERS = ['host', 'compile', pytest.param('cuda_graph', marks=pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA'))]
 # (real rows, context) -> bucket: the largest row bucket (8), a width one block (16 tokens) past the 128 bucket, a 5-row step padded to 8
 CASES = [((1, 20), DecodeShape(1, 128)), ((3, 144), DecodeShape(4, 256)), ((8, 100), DecodeShape(8, 128)),
