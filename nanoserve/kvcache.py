@@ -167,6 +167,9 @@ class KVCache:
                 self.pool.share(hit.blocks); table += hit.blocks; self.block_hashes[rid] = list(hit.hashes)
                 start = 0                              # the shared positions get their slots too
         table += self.pool.allocate(self.blocks_needed(req, num_new))
+        if end - start == 1:                           # a decode's one slot, without the tensor arithmetic below (32 of them a step)
+            self.slots[self.rows[rid], start] = table[start // self.block_size] * self.block_size + start % self.block_size
+            return self.rows[rid]
         pos = torch.arange(start, end)
         blocks = torch.tensor(table, dtype=torch.int64)[pos // self.block_size]
         self.slots[self.rows[rid], start:end] = (blocks * self.block_size + pos % self.block_size).to(self.slots)
