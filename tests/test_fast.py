@@ -107,12 +107,13 @@ def test_decode_kernel_greedy_text_equals_sdpa(default_model, dtype):
     if dtype == 'float32': assert_same_greedy(ref, ker, params, 24)
     else: assert_same_greedy_until_a_tie(ref, ker)
 
-def test_decode_kernel_flag_reaches_generate(tiny):
-    "`--no-decode-kernel` is a flag of generate, and the text is the same either way."
+@pytest.mark.parametrize('flag,dtype', [('--no-decode-kernel', 'float32'), ('--no-decode-call', 'bfloat16')])
+def test_flag_reaches_generate(tiny, flag, dtype):
+    "`--no-decode-kernel` and `--no-decode-call` are flags of generate, and the tokens are the same either way."
     path = str(tiny('llama_tied_gqa'))
-    run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--dtype', 'float32', '--max-tokens', '8', *f, 'hello'],
+    run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--dtype', dtype, '--max-tokens', '12', *f, 'hello'],
                                                capture_output=True, text=True, check=True).stdout)
-    a, b = run(), run('--no-decode-kernel')
+    a, b = run(), run(flag)
     assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b
 
 def assert_same_bfloat16_model(ref, other, tol):
@@ -171,11 +172,3 @@ def test_decode_call_is_off_where_it_does_not_apply(tiny):
         eng = Engine.build(path, config=cfg)
         assert eng.runner.decode_call is None and says in eng.runner.decode_call_off, (cfg, eng.runner.decode_call_off)
         assert len(eng.generate(['hello'], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)[0].token_ids) == 4
-
-def test_decode_call_flag_reaches_generate(tiny):
-    "`--no-decode-call` is a flag of generate, and in bfloat16 the tokens are the same either way."
-    path = str(tiny('llama_tied_gqa'))
-    run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--dtype', 'bfloat16', '--max-tokens', '12', *f, 'hello'],
-                                               capture_output=True, text=True, check=True).stdout)
-    a, b = run(), run('--no-decode-call')
-    assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b
