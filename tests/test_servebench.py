@@ -154,22 +154,23 @@ def test_a_restart_changes_the_identity(model, server):
     with spawn_server(model, '--dtype', 'float32') as (other, _): assert asyncio.run(ident(other)) != asyncio.run(ident(server)) is not None
 
 def test_cli_bench_serve_and_compare(model, tmp_path):
-    "40 tokens a request: a crowd long enough for a 50 ms watcher to see it running (with 10, one crowd was over between two readings)."
+    """A crowd a 50 ms watcher sees running: 100 tokens a request, 4 rows for 12 requests, so that 8 wait while 4 run for two thirds of it
+    (with 40 tokens and 12 rows, a bfloat16 tiny model's whole crowd, one C call a step since Day 13, fell between two readings)."""
     out = tmp_path/'out'
     cmd = [NANOSERVE, 'bench', 'serve', '--model', str(model), '--rates', '8', '--num-requests', '12', '--input-len', '4:12',
-           '--output-len', '40', '--watch-interval', '0.05', '--out', str(out), '--name', 'tiny', '--serve-args', '--max-batch-size 12', '--save-plan', str(tmp_path/'plan.json')]
+           '--output-len', '100', '--watch-interval', '0.05', '--out', str(out), '--name', 'tiny', '--serve-args', '--max-batch-size 4', '--save-plan', str(tmp_path/'plan.json')]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(open(out/'tiny.csv')))
     assert [(x['mode'], x['completed'], x['failed']) for x in rows] == [('crowd', '12', '0'), ('open', '12', '0')]
-    assert float(rows[1]['rate']) == 8.0 and int(rows[0]['output_tokens']) == 480
+    assert float(rows[1]['rate']) == 8.0 and int(rows[0]['output_tokens']) == 1200
     assert (out/'tiny.png').stat().st_size > 10_000 and 'ttft_p99_ms' in r.stdout
     runs = load_runs(out/'tiny.runs.jsonl')
     assert [x.plan.fingerprint for x in runs] == [ClientPlan.load(tmp_path/'plan.json').as_crowd().fingerprint, runs[1].plan.fingerprint]
     same = subprocess.run([NANOSERVE, 'bench', 'compare', str(out/'tiny.runs.jsonl'), str(out/'tiny.runs.jsonl')], capture_output=True, text=True)
     assert same.returncode == 0 and 'no regression' in same.stdout, same.stdout + same.stderr
     other = tmp_path/'other.runs.jsonl'
-    other.write_text(''.join(replace(x, plan=make_plan(12, 4, 40, seed=9).as_crowd() if x.mode == 'crowd' else x.plan).to_json() + '\n' for x in runs))
+    other.write_text(''.join(replace(x, plan=make_plan(12, 4, 100, seed=9).as_crowd() if x.mode == 'crowd' else x.plan).to_json() + '\n' for x in runs))
     diff = subprocess.run([NANOSERVE, 'bench', 'compare', str(out/'tiny.runs.jsonl'), str(other)], capture_output=True, text=True)
     assert diff.returncode == 3 and 'different plans' in diff.stdout, diff.stdout
     bad = subprocess.run([NANOSERVE, 'bench', 'serve', '--model', str(model), '--url', 'http://127.0.0.1:1'], capture_output=True, text=True)
