@@ -12,7 +12,7 @@ from .model import CausalLM
 from .kvcache import KVCache
 from .fast import FastLinear, FusedAttention, FusedMLP, amx_kernel, AMX_MAX_ROWS
 from .elementwise import FastRMSNorm, FastRotary, elementwise_kernel
-from .attention import AttentionMetadata, PagedAttention, decode_kernel, decode_slots, DECODE_KERNEL_HEAD_SIZES
+from .attention import AttentionMetadata, decode_kernel, decode_slots, DECODE_KERNEL_HEAD_SIZES
 
 # %% auto #0
 __all__ = ['DECODE_CALL_C', 'DECODE_CALL_FLAGS', 'decode_call_kernel', 'decode_call_refusal', 'DecodeCall']
