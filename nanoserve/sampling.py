@@ -5,13 +5,14 @@
 # %% ../nbs/14_sampling.ipynb #c279a81b
 from __future__ import annotations
 from dataclasses import dataclass, field
+import ctypes, functools
 import torch
 from .generate import make_generator, top_k_top_p, check_sampling
-from .core import RequestError
+from .core import RequestError, c_library, named_in_profile
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'SamplingParams', 'stop_token_set', 'check_request', 'apply_penalties', 'sample_row',
-           'top_logprobs', 'plain_greedy', 'sample']
+__all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'ARGMAX_C', 'SamplingParams', 'stop_token_set', 'check_request', 'apply_penalties',
+           'sample_row', 'argmax_kernel', 'rows_argmax', 'top_logprobs', 'plain_greedy', 'sample']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
@@ -115,6 +116,59 @@ def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     if not bool(torch.isfinite(probs).all()) or not float(probs.sum()) > 0: return int(given.argmax())
     return int(torch.multinomial(probs, 1, generator=generator))
 
+# %% ../nbs/14_sampling.ipynb #am000002
+ARGMAX_C = r"""
+#include <stdint.h>
+#include <string.h>
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+
+/* Each row's argmax as torch.argmax finds it: the first index of the row's largest value.  A row holding a NaN gets -1
+   (torch's answer there is the first NaN; the caller asks torch).  Sixteen lanes each keep their first largest value and its
+   index; the row's answer is the smallest index among the lanes that hold the largest of them, then the tail, scalar. */
+void argmax_f32(const float *x, int64_t rows, int64_t n, int64_t *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = x + r * n;
+        int64_t v = n / 16 * 16, best_i = 0;
+        float best = p[0];
+        int nan = 0;
+        if (v) {
+            vf b, y; vi bi, idx, step = {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16}, bad = {0};
+            for (int i = 0; i < 16; i++) idx[i] = i;
+            memcpy(&b, p, 64); bi = idx; bad |= b != b;
+            for (int64_t i = 16; i < v; i += 16) {
+                idx += step; memcpy(&y, p + i, 64);
+                vi m = y > b;                                   /* strictly larger: a lane keeps its first maximum */
+                b = (vf)(((vi)y & m) | ((vi)b & ~m)); bi = (idx & m) | (bi & ~m); bad |= y != y;
+            }
+            for (int i = 0; i < 16; i++) nan |= bad[i] != 0;
+            best = b[0]; best_i = bi[0];
+            for (int i = 1; i < 16; i++) if (b[i] > best || (b[i] == best && bi[i] < best_i)) { best = b[i]; best_i = bi[i]; }
+        }
+        for (int64_t i = v; i < n; i++) { if (p[i] != p[i]) nan = 1; if (p[i] > best) { best = p[i]; best_i = i; } }
+        out[r] = nan ? -1 : best_i;
+    }
+}
+"""
+
+def _declare_argmax(lib):
+    lib.argmax_f32.restype, lib.argmax_f32.argtypes = None, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+
+@functools.cache
+def argmax_kernel():
+    "The argmax library, built once per process; None where it cannot be built (then `torch.argmax`)."
+    return c_library('argmax', ARGMAX_C, ('-O3', '-march=native', '-fPIC', '-shared', '-std=c11'), (), _declare_argmax, fallback='torch.argmax')
+
+def rows_argmax(logits: torch.Tensor) -> list[int]:
+    "`logits.float().argmax(-1).tolist()` for logits [rows, vocab]: through the C kernel for float32 rows on the CPU, torch for anything else and for rows holding a NaN."
+    if logits.dtype != torch.float32 or logits.device.type != 'cpu' or logits.dim() != 2 or not logits.shape[1] or (lib := argmax_kernel()) is None:
+        return logits.float().argmax(-1).tolist()
+    x, out = logits.contiguous(), torch.empty(logits.shape[0], dtype=torch.int64)
+    with named_in_profile('nanoserve::argmax'): lib.argmax_f32(x.data_ptr(), x.shape[0], x.shape[1], out.data_ptr())
+    best = out.tolist()
+    return [int(x[i].argmax()) if b < 0 else b for i, b in enumerate(best)]
+
+
 # %% ../nbs/14_sampling.ipynb #9b6726cc
 def top_logprobs(logits: torch.Tensor, token: int, n: int) -> dict[int, float]:
     "Log-probabilities of the raw logits: the sampled token's and the n most likely."
@@ -133,7 +187,7 @@ def plain_greedy(params: SamplingParams, output_ids: list[int], stop_ids: set[in
 def sample(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: torch.Tensor | None = None) -> list[tuple[int, dict | None]]:
     "One (token, logprobs or None) per row of `logits` [rows, vocab], row i drawn for `requests[i]`; logprobs from `raw` when given (the model's own logits, before a grammar's mask)."
     plain = [plain_greedy(req.params, req.output_token_ids, stops) for req, stops in zip(requests, stop_ids)]
-    best = logits.float().argmax(-1).tolist() if any(plain) else None       # every plain greedy row at once: an argmax per row
+    best = rows_argmax(logits) if any(plain) else None       # every plain greedy row at once: an argmax per row
     out = []
     for i, (row, req, stops) in enumerate(zip(logits, requests, stop_ids)):
         tok = best[i] if plain[i] else sample_row(row, req.params, req.generator, req.prompt_token_ids, req.output_token_ids, stops)
