@@ -10,6 +10,8 @@ Arms:
 - `kernel`: Day 12's C kernel as the engine runs it (the pool read in place, rows split across the threads);
 - `kernel-3rd-pass`: the C kernel as the speed issue's third pass left it (`bench/experiments/decode_kernel_third_pass.c`:
   one thread, a head size known only at run time, no prefetch);
+- `kernel-5th-pass`: the C kernel as the fifth pass left it (`bench/experiments/decode_kernel_fifth_pass.c`: one key at a time
+  for every head, a horizontal sum per score, the outputs accumulated in memory, no FMA);
 - `matmul`: the same gather, then scores by `matmul` in the model's dtype, a float32 softmax, and `matmul` with V;
 - `matmul-f32`: scores from float32 operands (the accuracy `sdpa` keeps in bfloat16, at the price of converting K);
 - `compiled`: the gather and the attention in one Inductor kernel (dynamic shapes), the pool read through the slot
@@ -88,14 +90,27 @@ def third_pass_kernel():
         return out
     return run
 
+def fifth_pass_kernel():
+    "The fifth pass's kernel, built with the flags it had then (threaded, as the engine ran it)."
+    from nanoserve.attention import _declare
+    flags = ('-O3', '-march=native', '-fno-trapping-math', '-fno-math-errno', '-fopenmp', '-fPIC', '-shared', '-std=c11')
+    lib = c_library('decode_attention_fifth_pass', (HERE/'experiments'/'decode_kernel_fifth_pass.c').read_text(), flags, ('-lmvec', '-lm'), _declare)
+    def run(q, kc, vc, win, ctx, kvh, groups, D):
+        out = torch.empty_like(q); R = q.shape[0]
+        f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
+        f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), win.data_ptr(), win.numel() // R, ctx.data_ptr(), None, None, out.data_ptr(), R, q.shape[1], kvh, D,
+          1 / math.sqrt(D), torch.get_num_threads())
+        return out
+    return run
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--rows', type=int, default=32); ap.add_argument('--width', type=int, default=160)
     ap.add_argument('--threads', default='1,2'); ap.add_argument('--dtypes', default='float32,bfloat16')
     ap.add_argument('--layers', type=int, default=30); ap.add_argument('--repeats', type=int, default=7)
-    ap.add_argument('--arms', default='sdpa,kernel,kernel-3rd-pass,matmul,matmul-f32,compiled'); ap.add_argument('--out', default='bench/results')
+    ap.add_argument('--arms', default='sdpa,kernel,kernel-5th-pass,kernel-3rd-pass,matmul,matmul-f32,compiled'); ap.add_argument('--out', default='bench/results')
     args = ap.parse_args()
-    every = {'sdpa': sdpa, 'kernel': kernel, 'kernel-3rd-pass': third_pass_kernel(), 'matmul': matmul,
+    every = {'sdpa': sdpa, 'kernel': kernel, 'kernel-3rd-pass': third_pass_kernel(), 'kernel-5th-pass': fifth_pass_kernel(), 'matmul': matmul,
              'matmul-f32': lambda *a, **k: matmul(*a, **k, f32=True), 'compiled': torch.compile(fused, dynamic=True)}
     arms = {a: every[a] for a in args.arms.split(',')}
     rows, mach = [], machine()
