@@ -113,8 +113,10 @@ class PagedAttention(AttentionBackend):
         out = torch.zeros_like(q)
         if nd: out[:nd] = self.decodes(q[:nd], kc, vc)
         for c in m.chunks[nd:]:
-            idx = self.cache.slots[c.row, :c.context_len].to(torch.int64)
-            out[c.start:c.start + c.num_tokens] = chunk_attention(q[c.start:c.start + c.num_tokens], kc[idx], vc[idx])
+            a, b = c.start, c.start + c.num_tokens
+            if c.context_len == c.num_tokens and k.dtype == kc.dtype: K, V = k[a:b], v[a:b]     # the chunk is its whole sequence: K/V as computed
+            else: idx = self.cache.slots[c.row, :c.context_len].to(torch.int64); K, V = kc[idx], vc[idx]   # its sequence read back from the pool
+            out[a:b] = chunk_attention(q[a:b], K, V)
         return out
 
 # %% ../nbs/12_attention.ipynb #13389589
