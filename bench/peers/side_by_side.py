@@ -8,10 +8,17 @@ One server at a time: launch it pinned to --server-cpus (taskset), warm it up, r
 at each rate, stop it; then the next. With --repeats N, N rounds of that, the servers in turn in each, so a noisy
 machine's drift falls on both alike; the summary compares each server's median round per mode (and every round is
 listed). The client (this process) is pinned to --client-cpus, by default the other core.
+
+With --interleave, every server is booted once and stays up (all pinned to --server-cpus), and each round runs every mode
+on every server in turn, the servers' order flipped from one round to the next: on a VM whose speed drifts over minutes,
+a server's crowd and the other's are then seconds apart, not a whole server's run (some 100-200 s) apart. Before each run the
+other servers are waited on until they are quiet (vLLM's threads keep spinning for a second or so after its last request),
+and their CPU time during the run (their whole process sessions, read from /proc) is written beside the results, so a server
+that burns CPU while idle, and slows the other, shows.
 Writes OUT/plan.json, OUT/<server>[.roundK].{csv,png,runs.jsonl}, OUT/side_by_side.{csv,png,txt}. Not part of CI: vLLM
 takes minutes to start and lives in its own venv (bench/peers/install_vllm.sh).
 """
-import argparse, os, statistics, sys, time
+import argparse, contextlib, os, statistics, sys, time
 from pathlib import Path
 from nanoserve.loadgen import make_plan, spawn_server, free_port, nanoserve_command, parse_lengths
 from nanoserve.loadreport import LoadReport, table, write_csv, plot_reports
@@ -22,6 +29,61 @@ from nanoserve.offline_bench import machine
 from nanoserve.core import auto_dtype
 
 HERE = Path(__file__).resolve().parent
+TICK = os.sysconf('SC_CLK_TCK')
+
+def session_cpu(port: int) -> float:
+    "CPU seconds so far of every process in the session of the server that listens on `port` (spawn_server starts each in a session of its own)."
+    stats, leader = {}, None
+    for p in Path('/proc').iterdir():
+        if not p.name.isdigit(): continue
+        try: stat, argv = (p/'stat').read_text(), (p/'cmdline').read_bytes().split(b'\0')
+        except OSError: continue
+        f = stat[stat.rindex(')') + 2:].split()
+        stats[int(p.name)] = (int(f[3]), (int(f[11]) + int(f[12])) / TICK)            # session id, utime + stime
+        if str(port).encode() in argv and leader is None: leader = int(f[3])
+    if leader is None: raise RuntimeError(f"no process of the server on port {port}")
+    return sum(cpu for sid, cpu in stats.values() if sid == leader)
+
+def settle(ports: list[int], window: float = 0.5, quiet: float = 0.02, timeout: float = 60.0) -> float:
+    """Wait until the servers on `ports` use less than `quiet` CPU seconds in a `window` (a server may keep its threads spinning a
+    while after its last request: vLLM's do, for a second or so); returns the seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        before = sum(session_cpu(p) for p in ports); time.sleep(window)
+        if sum(session_cpu(p) for p in ports) - before < quiet: break
+    return time.monotonic() - t0
+
+def run_interleaved(args, table_, names, name, plans, rates, out):
+    """Every server booted once; rounds of every mode on every server in turn (the order flipped each round), round k on plans[k]:
+    its prompts its own (seed + k), so that a round's crowd finds no earlier round's prompts in either server's prefix cache (within a round,
+    the open-loop runs meet the crowd's prompts again, as in a round of fresh servers). Returns (rounds, boots, idle lines)."""
+    rounds, boots, idle = [{} for _ in range(args.repeats)], {n: [] for n in names}, []
+    with contextlib.ExitStack() as stack:
+        urls, ports = {}, {}
+        for server in names:
+            command, env = table_[server]
+            ports[server] = port = free_port()
+            print(f"[{server}] starting on cpus {args.server_cpus}", file=sys.stderr, flush=True)
+            url, boot = stack.enter_context(spawn_server(command=command(port), port=port, cpus=args.server_cpus, env=env, timeout=args.boot_timeout))
+            urls[server] = url; boots[server].append(boot)
+            print(f"[{server}] healthy after {boot:.0f} s", file=sys.stderr, flush=True)
+        modes = [None] + rates
+        for k in range(args.repeats):
+            order = names if k % 2 == 0 else names[::-1]
+            for rate in modes:
+                for server in order:
+                    others = [n for n in names if n != server]
+                    waited = settle([ports[n] for n in others])
+                    before = {n: session_cpu(ports[n]) for n in others}
+                    run = bench_serve(urls[server], name, plans[k], [] if rate is None else [rate], crowd=rate is None,
+                                      label=f'{server} r{k + 1}', seed=args.seed, log=lambda m: print(m, file=sys.stderr, flush=True))
+                    rounds[k].setdefault(server, []).extend(run)
+                    idle += [f"round {k + 1}, {server} {'crowd' if rate is None else f'open {rate:g}/s'} ({run[0].duration:.1f} s): {n} idle used "
+                             f"{session_cpu(ports[n]) - before[n]:.2f} CPU s (quiet after {waited:.1f} s)" for n in others]
+        for k in range(args.repeats):
+            for server in names:
+                save_runs(rounds[k][server], out, f'{server}.round{k + 1}', f'{server}: {name} {args.dtype}, server cpus {args.server_cpus}, round {k + 1} (interleaved)')
+    return rounds, boots, idle
 
 METRICS = ('out', 'tpot_p50', 'itl_p99', 'ttft_p50')
 
@@ -53,6 +115,7 @@ def main():
     p.add_argument('--nanoserve-flags', default='', help='extra flags for nanoserve serve, e.g. "--cuda-graphs --warm-rows 4"')
     p.add_argument('--boot-timeout', type=float, default=900)
     p.add_argument('--repeats', type=int, default=1, help='rounds of every server in turn (default 1)')
+    p.add_argument('--interleave', action='store_true', help='boot every server once and run each mode on them in turn, round after round')
     p.add_argument('--out', default='bench/results/peers')
     args = p.parse_args()
     os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(',')})
@@ -66,8 +129,13 @@ def main():
     ncpu = len(args.server_cpus.split(','))
     table_ = servers(args, path, name, ncpu)
     names = args.servers.split(',')
-    rounds, boots = [], {n: [] for n in names}                   # rounds[k][server] -> that round's runs (crowd, then each rate)
-    for k in range(args.repeats):
+    rounds, boots, idle = [], {n: [] for n in names}, []         # rounds[k][server] -> that round's runs (crowd, then each rate)
+    if args.interleave:
+        plans = [plan] + [make_plan(args.num_requests, parse_lengths(args.input_len), parse_lengths(args.output_len), seed=args.seed + k,
+                                    tokenizer=Tokenizer.from_dir(path)) for k in range(1, args.repeats)]
+        for k, pk in enumerate(plans[1:], 2): pk.save(out/f'plan.round{k}.json')
+        rounds, boots, idle = run_interleaved(args, table_, names, name, plans, rates, out)
+    for k in range(args.repeats if not args.interleave else 0):
         rounds.append({})
         for server in names:
             command, env = table_[server]
@@ -89,7 +157,9 @@ def main():
     import matplotlib; matplotlib.use('Agg')
     plot_reports(reports, out/'side_by_side.png', f'{name} {args.dtype}: {plan.name}; server on cpu {args.server_cpus}, client on cpu {args.client_cpus}')
     lines = [f"machine: {mach}", f"plan: {plan.name} (fingerprint {plan.fingerprint}); server cpus {args.server_cpus}, client cpus {args.client_cpus}, "
-             f"{args.dtype}, max batch {args.max_batch_size}, nanoserve flags: {args.nanoserve_flags or 'none'}; {args.repeats} round(s)",
+             f"{args.dtype}, max batch {args.max_batch_size}, nanoserve flags: {args.nanoserve_flags or 'none'}; {args.repeats} round(s)"
+             + (', interleaved (both servers up, each mode on each in turn, the order flipped every round; round K > 1 on its own plan, '
+                'seed + K - 1, plan.roundK.json)' if args.interleave else ''),
              'boot to healthy: ' + ', '.join(f"{k} {', '.join(f'{v:.0f}' for v in vs)} s" for k, vs in boots.items()), '', table(reports), '']
     if len(names) == 2:
         mode = lambda r: f"{r.mode}{'' if r.plan.rate is None else f' {r.plan.rate:g}/s'}"
@@ -109,6 +179,7 @@ def main():
                 a, b = med[names[0]], med[names[1]]
                 lines.append(f"{mode(r0)}: output tok/s {a['out']:.1f} vs {b['out']:.1f} = {a['out'] / b['out']:.2f}x; TPOT p50 {a['tpot_p50']:.0f} vs "
                              f"{b['tpot_p50']:.0f} ms; ITL p99 {a['itl_p99']:.0f} vs {b['itl_p99']:.0f} ms; TTFT p50 {a['ttft_p50']:.0f} vs {b['ttft_p50']:.0f} ms")
+    if idle: lines += ['', "the idle servers' CPU time during each run:"] + idle
     text = '\n'.join(lines)
     (out/'side_by_side.txt').write_text(text + '\n')
     print(text)
