@@ -43,6 +43,8 @@ class EngineConfig:
     device: str | None = _flag(None, 'cpu or cuda (default: cuda when available, else cpu)')
     max_batch_size: int = _flag(32, 'cache rows: requests running at once')
     max_num_batched_tokens: int = _flag(512, 'token budget per step')
+    max_mixed_batched_tokens: int = _flag(256, 'token budget of a step that requests already decoding share (Day 16): it bounds the gap '
+                                          'between their tokens; at most max_num_batched_tokens')
     max_model_len: int | None = _flag(None, "context length (default: the model's, at most 2048)")
     block_size: int = _flag(16, 'tokens per KV block')
     num_kv_blocks: int | None = _flag(None, 'KV pool size in blocks (default: from memory)')
@@ -86,7 +88,7 @@ class EngineConfig:
         if dev.type not in ('cpu', 'cuda'): raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
         if dev.type == 'cuda' and not torch.cuda.is_available():
             raise ConfigError(f"device={self.device!r}, but this torch sees no CUDA device (torch.cuda.is_available() is False): use --device cpu")
-        for name in ('max_batch_size', 'max_num_batched_tokens', 'block_size', 'capture_limit', 'tensor_parallel_size'):
+        for name in ('max_batch_size', 'max_num_batched_tokens', 'max_mixed_batched_tokens', 'block_size', 'capture_limit', 'tensor_parallel_size'):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         for name in ('num_kv_blocks', 'warm_rows', 'warm_width'):
@@ -264,7 +266,8 @@ class Engine:
     def assemble(cls, model: CausalLM, tokenizer: Tokenizer, cache: KVCache, config: EngineConfig, stop_ids: set[int], decode_path=None,
                  batch=None) -> Engine:
         "An engine over a loaded model and an allocated cache; the scheduler and the runner are made here."
-        return cls(model, tokenizer, cache, Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids),
+        return cls(model, tokenizer, cache, Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids,
+                                                     max_mixed_batched_tokens=config.max_mixed_batched_tokens),
                    make_runner(model, cache, stop_ids, config.batch_invariant, config.decode_kernel, config.decode_call), config, stop_ids, decode_path, batch)
 
     @classmethod

@@ -80,9 +80,13 @@ class ModelRunnerOutput:
 # %% ../nbs/16_scheduler.ipynb #007578f5
 class Scheduler:
     "Continuous batching with chunked prefill and preemption by recompute."
-    def __init__(self, cache: KVCache, max_batch_size: int, max_num_batched_tokens: int, stop_ids: set[int] = frozenset()):
+    def __init__(self, cache: KVCache, max_batch_size: int, max_num_batched_tokens: int, stop_ids: set[int] = frozenset(),
+                 max_mixed_batched_tokens: int | None = None):
         if max_num_batched_tokens < 1: raise ConfigError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
+        if max_mixed_batched_tokens is not None and max_mixed_batched_tokens < 1:
+            raise ConfigError(f"max_mixed_batched_tokens must be >= 1 or None (the same as max_num_batched_tokens), got {max_mixed_batched_tokens}")
         self.cache, self.max_batch_size, self.max_num_batched_tokens = cache, max_batch_size, max_num_batched_tokens
+        self.max_mixed_batched_tokens = min(max_mixed_batched_tokens or max_num_batched_tokens, max_num_batched_tokens)  # a step that decodes wait on
         self.stop_ids = set(stop_ids)            # the model's EOS ids
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -107,7 +111,8 @@ def _preempt(self: Scheduler, req: Request):
 @patch
 def schedule(self: Scheduler) -> SchedulerOutput:
     "Choose this step's requests and token counts (see the notebook)."
-    budget, out = self.max_num_batched_tokens, SchedulerOutput([])
+    decoding = any(r.num_computed_tokens >= r.num_tokens - 1 for r in self.running)   # a request that samples whatever this step holds
+    budget, out = self.max_mixed_batched_tokens if decoding else self.max_num_batched_tokens, SchedulerOutput([])
     for req in list(self.running):
         if req not in self.running or budget == 0: continue      # preempted earlier in this loop
         n = min(req.num_tokens - req.num_computed_tokens, budget)
