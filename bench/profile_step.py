@@ -26,7 +26,7 @@ from nanoserve.offline_bench import write_csv, machine
 ARMS = {'reference': dict(fuse_projections=False, gemv=False, pack_weights=False), 'fused': dict(gemv=False, pack_weights=False),
         'fused+gemv': dict(pack_weights=False), 'onednn': dict(amx_linear=False, small_ops=False), 'amx': dict(small_ops=False), 'layers': dict(decode_call=False), 'fast': {},
         'fast+compile': dict(bucket_decode=True, persist_inputs=True, capture_decode=True)}
-GROUPS = (('one decode call', ('nanoserve::decode_call',)), ('gemm', ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::linear', 'aten::matmul', '_linear_pointwise', 'amx_linear')),
+GROUPS = (('one decode call', ('nanoserve::decode_call',)), ('gemm', ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::linear', 'aten::matmul', '_linear_pointwise', 'amx_linear', 'f32_linear')),
           ('attention', ('scaled_dot_product', 'flash_attention', 'decode_attention_kernel')),
           ('kv gather/write', ('aten::index_select', 'aten::index_copy', 'aten::index', 'aten::gather')),
           ('compiled kernels', ('Compiled', 'inductor', 'graph_', 'cpp_fused', 'kernel')))

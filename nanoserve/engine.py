@@ -65,8 +65,9 @@ class EngineConfig:
     fuse_projections: bool = _flag(True, 'one product for q/k/v and one for gate/up (Day 06)')
     gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
     pack_weights: bool = _flag(True, "linear weights reordered once for oneDNN (Day 06; CPU, float32 and bfloat16; a second copy of the weights)")
-    amx_linear: bool = _flag(True, "bfloat16 products of up to 32 rows (decodes) through Day 06's AMX kernel, where the CPU has AMX and pack_weights "
-                             "is on (a third copy of the weights); --no-amx-linear: oneDNN's packed product at every row count")
+    amx_linear: bool = _flag(True, "products of up to 32 rows (decodes) through Day 06's own kernels where pack_weights is on (a third copy of the "
+                             "weights): bfloat16 on AMX where the CPU has it, float32 on AVX-512 where it has avx512f; --no-amx-linear: oneDNN's "
+                             "packed product at every row count")
     small_ops: bool = _flag(True, "RMSNorm, the rotary embedding and SiLU-times-up as one C pass each (Day 06; bfloat16 on the CPU, the same bits "
                             "as the PyTorch operators but for RMSNorm's rare last-bit rounding); --no-small-ops: PyTorch's operators")
     decode_kernel: bool = _flag(True, "decode attention on the CPU through Day 12's C kernel, reading the KV pool in place (built with the system's C "

@@ -132,6 +132,20 @@ def test_amx_products_greedy_text_equals_onednn(default_model):
     # both sum in float32 and round once; their orders differ, so a product's last bit can, and a near-tie can flip: up to the ties
     assert_same_bfloat16_model(ref, amx, 2e-2)
 
+def test_f32_products_greedy_text_equals_onednn(default_model):
+    "Day 06's float32 kernel (decodes, up to 32 rows, AVX-512) against oneDNN's packed product (`--no-amx-linear`), float32, the default model: every token."
+    from nanoserve.f32_linear import f32_kernel
+    if f32_kernel() is None: pytest.skip('this CPU has no AVX-512F: the float32 kernel is not used here, and oneDNN is the engine\'s product')
+    ref = Engine.build(default_model, config=EngineConfig(dtype='float32', amx_linear=False))
+    ker = Engine.build(default_model, config=EngineConfig(dtype='float32'))
+    assert ref.model.lm_head.f32 is None and ker.model.lm_head.f32 is not None
+    assert ker.model.model.layers[0].mlp.down_proj.f32 is not None
+    ids = [1, 504, 3575, 282, 4649, 314]
+    a, b = logits_of(ref.model, ids, 6), logits_of(ker.model, ids, 6)      # a 6-row prefill and one-row decodes: the kernel's products
+    assert ((a - b).abs().max() / a.abs().max()).item() < 1e-5 and (a.argmax(-1) == b.argmax(-1)).all()
+    # float32 sums in two orders (the kernel's runs of 64, oneDNN's blocks): rounding apart, so every greedy token, batched and alone
+    assert_same_greedy(ref, ker, SamplingParams(temperature=0, max_tokens=24), 24)
+
 def test_small_ops_greedy_text_equals_pytorch_operators(default_model):
     "Day 06's small operators in C (RMSNorm, rotary, SiLU-times-up) against PyTorch's (`--no-small-ops`), bfloat16, the default model."
     if elementwise_kernel() is None: pytest.skip('no C compiler: the small operators are PyTorch\'s here')
