@@ -68,8 +68,9 @@ class EngineConfig:
     amx_linear: bool = _flag(True, "products of up to 32 rows (decodes) through Day 06's own kernels where pack_weights is on (a third copy of the "
                              "weights): bfloat16 on AMX where the CPU has it, float32 on AVX-512 where it has avx512f; --no-amx-linear: oneDNN's "
                              "packed product at every row count")
-    small_ops: bool = _flag(True, "RMSNorm, the rotary embedding and SiLU-times-up as one C pass each (Day 06; bfloat16 on the CPU, the same bits "
-                            "as the PyTorch operators but for RMSNorm's rare last-bit rounding); --no-small-ops: PyTorch's operators")
+    small_ops: bool = _flag(True, "RMSNorm, the rotary embedding and SiLU-times-up as one C pass each (Day 06; bfloat16 and float32 on the CPU; in "
+                            "bfloat16 the same bits as the PyTorch operators but for RMSNorm's rare last-bit rounding, in float32 within a few ulps); "
+                            "--no-small-ops: PyTorch's operators")
     decode_kernel: bool = _flag(True, "decode attention on the CPU through Day 12's C kernel, reading the KV pool in place (built with the system's C "
                                 "compiler on first use; SDPA where it cannot be); --no-decode-kernel: gather the window, then SDPA")
     decode_call: bool = _flag(True, "a step of decodes (up to 32 rows) as one C call through the kernels above (Day 13), where every one of them "

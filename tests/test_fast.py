@@ -155,6 +155,17 @@ def test_small_ops_greedy_text_equals_pytorch_operators(default_model):
     # the same roundings as PyTorch's but for RMSNorm's sum (and SiLU's exponential, from another library): up to the ties
     assert_same_bfloat16_model(ref, fast, 1e-2)
 
+def test_small_ops_float32_greedy_text_equals_pytorch_operators(default_model):
+    "The float32 small operators against PyTorch's (`--no-small-ops`), the default model: logits to float32's rounding, and every greedy token."
+    if elementwise_kernel() is None: pytest.skip('no C compiler: the small operators are PyTorch\'s here')
+    ref = Engine.build(default_model, config=EngineConfig(dtype='float32', small_ops=False))
+    fast = Engine.build(default_model, config=EngineConfig(dtype='float32'))
+    assert isinstance(fast.model.model.norm, FastRMSNorm) and not isinstance(ref.model.model.norm, FastRMSNorm)
+    ids = [1, 504, 3575, 282, 4649, 314]
+    a, b = logits_of(ref.model, ids, 6), logits_of(fast.model, ids, 6)
+    assert ((a - b).abs().max() / a.abs().max()).item() < 1e-5 and (a.argmax(-1) == b.argmax(-1)).all()
+    assert_same_greedy(ref, fast, SamplingParams(temperature=0, max_tokens=24), 24)
+
 def counting(runner):
     "Count the steps `runner` gives to its Day 13 decode call that the call takes (it answers None for the others)."
     call, taken = runner.decode_call, []

@@ -1,0 +1,43 @@
+#!/usr/bin/env python
+"""Where a prefill step's time goes: the default model's engine, four 144-token random prompts added at once (576 tokens, so
+the first step takes the whole 512-token budget), that first step timed over 5 rounds and then profiled (torch.profiler, self
+CPU time by operator). Writes OUT/prefill_profile_DTYPE.txt with the machine line. Not part of CI.
+
+    python bench/prefill_profile.py --dtype float32
+"""
+import argparse, time
+from pathlib import Path
+import torch
+from torch.profiler import profile, ProfilerActivity
+from nanoserve.engine import EngineConfig
+from nanoserve.launch import build_engine
+from nanoserve.batch import PersistentBatch
+from nanoserve.sampling import SamplingParams
+from nanoserve.pull import resolve_model
+from nanoserve.offline_bench import machine
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--dtype', default='float32'); p.add_argument('--out', default='bench/results/eighth_pass')
+    a = p.parse_args(argv)
+    eng = build_engine(resolve_model(None), EngineConfig(dtype=a.dtype, max_batch_size=32, prefix_cache=False), batch=PersistentBatch)
+    g = torch.Generator().manual_seed(0)
+    def first_step(prof=None):
+        for _ in range(4): eng.add_request(torch.randint(100, 40000, (144,), generator=g).tolist(), SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+        t = time.perf_counter()
+        if prof is None: eng.step()
+        else:
+            with prof: eng.step()
+        took = time.perf_counter() - t
+        while eng.has_unfinished(): eng.step()
+        return took
+    for _ in range(2): first_step()
+    ms = [round(1e3 * first_step()) for _ in range(5)]
+    prof = profile(activities=[ProfilerActivity.CPU]); first_step(prof)
+    text = (f"machine: {machine()}; {a.dtype}; the first step of four 144-token prompts (512 tokens), ms over 5 rounds: {ms}\n"
+            + prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=14) + f"\nCommand: python bench/prefill_profile.py --dtype {a.dtype}\n")
+    print(text)
+    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+    (out/f'prefill_profile_{a.dtype}.txt').write_text(text)
+
+if __name__ == '__main__': main()
