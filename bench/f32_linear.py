@@ -46,7 +46,7 @@ def main(argv=None):
         row = dict(threads=th, rows=m, onednn_ms=round(med['onednn'], 2), kernel_ms=round(med['kernel'], 2), speedup=round(med['onednn'] / med['kernel'], 3),
                    onednn_best_ms=round(best['onednn'], 2), kernel_best_ms=round(best['kernel'], 2),
                    kernel_gflops=round(2 * m * sum(k * n for k, n in SHAPES) / med['kernel'] / 1e6, 1),
-                   kernel_weights_gbs=round(4 * sum(k * n for k, n in SHAPES) / med['kernel'] / 1e6, 1))
+                   kernel_weights_gbs=round(4 * sum(k * n for k, n in SHAPES) / med['kernel'] / 1e6, 1), machine=machine())
         rows_out.append(row)
         lines.append(f"{th} threads, {m:2d} rows: oneDNN {med['onednn']:6.1f} ms, kernel {med['kernel']:6.1f} ms, x{row['speedup']:.2f} "
                      f"(fastest {best['onednn']:.1f} vs {best['kernel']:.1f}); kernel {row['kernel_gflops']} GFLOP/s, weights {row['kernel_weights_gbs']} GB/s")
