@@ -53,7 +53,7 @@ def main(argv=None):
     rows = []
     for k in range(a.rounds):
         for whole, mixed in (arms if k % 2 == 0 else arms[::-1]):
-            r = dict(round=k, whole=whole, mixed=mixed, **run(eng, plan, whole, mixed)); rows.append(r)
+            r = dict(round=k, whole=whole, mixed=mixed, **run(eng, plan, whole, mixed), machine=machine()); rows.append(r)
             print(f"round {k} {whole}/{mixed}: {r['out_tok_s']:.0f} tok/s, ITL p99 {r['itl_p99_ms']:.0f} ms, TTFT p50 {r['ttft_p50_ms']:.0f} ms, {r['steps']} steps", flush=True)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     with open(out/'scheduler_budget.csv', 'w', newline='') as f:
