@@ -37,7 +37,7 @@ def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     decode step calls it as it is: Inductor cannot trace a packed (mkldnn) tensor, nor a ctypes call."""
     return _product(x, weight, bias, getattr(weight, 'amx', None), getattr(weight, 'packed', None), getattr(weight, 'f32', None))
 
-def _product(x, weight, bias, amx, packed, f32=None):
+def _product(x, weight, bias, amx, packed, f32):
     if amx is not None and 0 < x.shape[0] <= AMX_MAX_ROWS and x.dtype == torch.bfloat16: return amx_product(x, amx, bias, weight.shape[0])
     if f32 is not None and 0 < x.shape[0] <= F32_MAX_ROWS and x.dtype == torch.float32: return f32_product(x, f32, bias, weight.shape[0])
     if packed is not None and x.shape[0] > 0: return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, 'none', [], '')

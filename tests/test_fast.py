@@ -123,6 +123,13 @@ def assert_same_bfloat16_model(ref, other, tol):
     assert ((a - b).abs().max() / a.abs().max()).item() < tol and (a.argmax(-1) == b.argmax(-1)).all()
     assert_same_greedy_until_a_tie(ref, other)
 
+def assert_same_float32_model(ref, other, tol=1e-5):
+    "Two float32 engines' models, rounding apart: logits through Day 05's DenseKV within `tol` of the largest, the same argmax, and every greedy token, batched and alone."
+    ids = [1, 504, 3575, 282, 4649, 314]
+    a, b = logits_of(ref.model, ids, 6), logits_of(other.model, ids, 6)
+    assert ((a - b).abs().max() / a.abs().max()).item() < tol and (a.argmax(-1) == b.argmax(-1)).all()
+    assert_same_greedy(ref, other, SamplingParams(temperature=0, max_tokens=24), 24)
+
 def test_amx_products_greedy_text_equals_onednn(default_model):
     "Day 06's AMX kernel (decodes, up to 32 rows) against oneDNN's packed product (`--no-amx-linear`), bfloat16, the default model."
     if amx_kernel() is None: pytest.skip('this CPU has no AMX (amx_tile, amx_bf16): the kernel is not used here, and oneDNN is the engine\'s product')
@@ -140,31 +147,20 @@ def test_f32_products_greedy_text_equals_onednn(default_model):
     ker = Engine.build(default_model, config=EngineConfig(dtype='float32'))
     assert ref.model.lm_head.f32 is None and ker.model.lm_head.f32 is not None
     assert ker.model.model.layers[0].mlp.down_proj.f32 is not None
-    ids = [1, 504, 3575, 282, 4649, 314]
-    a, b = logits_of(ref.model, ids, 6), logits_of(ker.model, ids, 6)      # a 6-row prefill and one-row decodes: the kernel's products
-    assert ((a - b).abs().max() / a.abs().max()).item() < 1e-5 and (a.argmax(-1) == b.argmax(-1)).all()
-    # float32 sums in two orders (the kernel's runs of 64, oneDNN's blocks): rounding apart, so every greedy token, batched and alone
-    assert_same_greedy(ref, ker, SamplingParams(temperature=0, max_tokens=24), 24)
+    # a 6-row prefill and one-row decodes through the kernel; float32 sums in two orders (its runs of 64, oneDNN's blocks)
+    assert_same_float32_model(ref, ker)
 
-def test_small_ops_greedy_text_equals_pytorch_operators(default_model):
-    "Day 06's small operators in C (RMSNorm, rotary, SiLU-times-up) against PyTorch's (`--no-small-ops`), bfloat16, the default model."
+@pytest.mark.parametrize('dtype', ['bfloat16', 'float32'])
+def test_small_ops_greedy_text_equals_pytorch_operators(default_model, dtype):
+    "Day 06's small operators in C (RMSNorm, rotary, SiLU-times-up) against PyTorch's (`--no-small-ops`), the default model, in both dtypes."
     if elementwise_kernel() is None: pytest.skip('no C compiler: the small operators are PyTorch\'s here')
-    ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', small_ops=False))
-    fast = Engine.build(default_model, config=EngineConfig(dtype='bfloat16'))
+    ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, small_ops=False))
+    fast = Engine.build(default_model, config=EngineConfig(dtype=dtype))
     assert isinstance(fast.model.model.norm, FastRMSNorm) and not isinstance(ref.model.model.norm, FastRMSNorm)
-    # the same roundings as PyTorch's but for RMSNorm's sum (and SiLU's exponential, from another library): up to the ties
-    assert_same_bfloat16_model(ref, fast, 1e-2)
-
-def test_small_ops_float32_greedy_text_equals_pytorch_operators(default_model):
-    "The float32 small operators against PyTorch's (`--no-small-ops`), the default model: logits to float32's rounding, and every greedy token."
-    if elementwise_kernel() is None: pytest.skip('no C compiler: the small operators are PyTorch\'s here')
-    ref = Engine.build(default_model, config=EngineConfig(dtype='float32', small_ops=False))
-    fast = Engine.build(default_model, config=EngineConfig(dtype='float32'))
-    assert isinstance(fast.model.model.norm, FastRMSNorm) and not isinstance(ref.model.model.norm, FastRMSNorm)
-    ids = [1, 504, 3575, 282, 4649, 314]
-    a, b = logits_of(ref.model, ids, 6), logits_of(fast.model, ids, 6)
-    assert ((a - b).abs().max() / a.abs().max()).item() < 1e-5 and (a.argmax(-1) == b.argmax(-1)).all()
-    assert_same_greedy(ref, fast, SamplingParams(temperature=0, max_tokens=24), 24)
+    # bfloat16: the same roundings as PyTorch's but for RMSNorm's sum (and SiLU's exponential, from another library), so up to the ties;
+    # float32: within a few ulps (the same two differences), so every token
+    if dtype == 'bfloat16': assert_same_bfloat16_model(ref, fast, 1e-2)
+    else: assert_same_float32_model(ref, fast)
 
 def counting(runner):
     "Count the steps `runner` gives to its Day 13 decode call that the call takes (it answers None for the others)."
