@@ -11,39 +11,47 @@ from .core import c_library, named_in_profile
 from .model import CausalLM
 from .kvcache import KVCache
 from .fast import FastLinear, FusedAttention, FusedMLP, amx_kernel, AMX_MAX_ROWS
+from .f32_linear import f32_kernel, F32_MAX_ROWS
 from .elementwise import FastRMSNorm, FastRotary, elementwise_kernel
 from .attention import AttentionMetadata, decode_kernel, decode_slots, DECODE_KERNEL_HEAD_SIZES
 
 # %% auto #0
-__all__ = ['DECODE_CALL_C', 'DECODE_CALL_FLAGS', 'decode_call_kernel', 'decode_call_refusal', 'DecodeCall']
+__all__ = ['DECODE_CALL_C', 'DECODE_CALL_FLAGS', 'DECODE_CALL_DTYPES', 'decode_call_kernel', 'decode_call_refusal', 'DecodeCall']
 
 # %% ../nbs/13_decode_call.ipynb #dc000007
 DECODE_CALL_C = r"""
 /* A decode step's whole forward in one call: every decoder layer's operators in order, through the kernels Days 06 and 12 built
-   (their addresses handed in by Python), bfloat16 throughout. */
+   (their addresses handed in by Python), in one dtype throughout: bfloat16 (es = 2) or float32 (es = 4). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef int (*linear_fn)(const uint16_t *x, const uint16_t *w, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N, int64_t K, int nthreads);
-typedef void (*norm_fn)(const uint16_t *x, int64_t ldx, const uint16_t *w, uint16_t *out, int64_t rows, int64_t n, float eps);
-typedef int (*rope_fn)(uint16_t *x, int64_t ldx, const int64_t *pos, const float *cos, const float *sin, int64_t max_pos, int64_t tokens,
+/* The kernels' signatures with their element pointers as void *: one table holds bfloat16's kernels or float32's, and es says which. */
+typedef int (*linear_fn)(const void *x, const void *w, const void *bias, void *out, int64_t M, int64_t N, int64_t K, int nthreads);
+typedef void (*linear_void_fn)(const void *x, const void *w, const void *bias, void *out, int64_t M, int64_t N, int64_t K, int nthreads);
+typedef void (*norm_fn)(const void *x, int64_t ldx, const void *w, void *out, int64_t rows, int64_t n, float eps);
+typedef int (*rope_fn)(void *x, int64_t ldx, const int64_t *pos, const float *cos, const float *sin, int64_t max_pos, int64_t tokens,
                        int64_t heads, int64_t D);
-typedef void (*silu_mul_fn)(const uint16_t *gu, uint16_t *out, int64_t rows, int64_t I);
-typedef int (*attend_fn)(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int64_t *win, int64_t W, const int64_t *ctx,
-                         const uint16_t *new_k, const uint16_t *new_v, uint16_t *out, int64_t R, int64_t H, int64_t KVH, int64_t D,
+typedef void (*silu_mul_fn)(const void *gu, void *out, int64_t rows, int64_t I);
+typedef int (*attend_fn)(const void *q, const void *k, const void *v, const int64_t *win, int64_t W, const int64_t *ctx,
+                         const void *new_k, const void *new_v, void *out, int64_t R, int64_t H, int64_t KVH, int64_t D,
                          float scale, int nthreads);
 
-typedef struct { linear_fn linear; norm_fn norm; rope_fn rope; silu_mul_fn silu_mul; attend_fn attend; } kernels;
+typedef struct {
+    int64_t es;                      /* bytes per element: 2 bfloat16, 4 float32 */
+    linear_fn linear;                /* AMX's product, which says 1 when out of memory ... */
+    linear_void_fn linear_void;      /* ... or float32's, which cannot fail: exactly one of the two is set */
+    norm_fn norm; rope_fn rope; silu_mul_fn silu_mul; attend_fn attend;
+} kernels;
 typedef struct {          /* one decoder layer: its norms' weights, its packed products and their biases (or null), its K/V pools */
-    const uint16_t *input_norm, *qkv, *qkv_bias, *o, *o_bias, *post_norm, *gate_up, *gate_up_bias, *down, *down_bias;
-    uint16_t *k_pool, *v_pool;
+    const void *input_norm, *qkv, *qkv_bias, *o, *o_bias, *post_norm, *gate_up, *gate_up_bias, *down, *down_bias;
+    void *k_pool, *v_pool;
 } layer;
 typedef struct {
     int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, max_pos, num_slots;
     float eps, scale;
     const float *cos, *sin;                        /* the rotary tables, [max_pos, head_dim / 2] */
-    const uint16_t *final_norm, *lm_head, *lm_head_bias;
+    const void *final_norm, *lm_head, *lm_head_bias;
     const layer *layer;
 } model;
 
@@ -52,8 +60,15 @@ static inline uint16_t bf16(float f) {             /* to nearest, ties to even, 
     uint32_t u; memcpy(&u, &f, 4);
     return f != f ? 0x7fc0 : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
-static void add_(uint16_t *x, const uint16_t *y, int64_t n) {     /* the residual: eager bfloat16 x + y */
-    for (int64_t i = 0; i < n; i++) x[i] = bf16(f32(x[i]) + f32(y[i]));
+/* The residual sum x += y as eager PyTorch computes it: in bfloat16, widened, added and rounded; in float32, one IEEE addition. */
+static void add_(const kernels *kn, void *x, const void *y, int64_t n) {
+    if (kn->es == 2) { uint16_t *a = x; const uint16_t *b = y; for (int64_t i = 0; i < n; i++) a[i] = bf16(f32(a[i]) + f32(b[i])); }
+    else { float *a = x; const float *b = y; for (int64_t i = 0; i < n; i++) a[i] = a[i] + b[i]; }
+}
+static int product(const kernels *kn, const void *x, const void *w, const void *bias, void *out, int64_t M, int64_t N, int64_t K, int nthreads) {
+    if (kn->linear) return kn->linear(x, w, bias, out, M, N, K, nthreads);
+    kn->linear_void(x, w, bias, out, M, N, K, nthreads);
+    return 0;
 }
 static int out_of_bounds(const model *m, const int64_t *slot, const int64_t *win, int64_t W, const int64_t *ctx, int64_t R) {
     for (int64_t r = 0; r < R; r++) {
@@ -63,41 +78,42 @@ static int out_of_bounds(const model *m, const int64_t *slot, const int64_t *win
     return 0;
 }
 
-/* h [R, hidden]: the rows' embeddings, overwritten by the residual stream; logits [R, vocab] out.  Row r is at position pos[r],
-   its K/V go to pool slot slot[r], and it attends to the first ctx[r] slots of its window win[r * W ...].  Returns 0; 1 out of
-   memory; 3 a position outside the rotary table, 4 a slot outside the pool or a context outside the window (both before
-   anything is written). */
-int decode_forward(const kernels *kn, const model *m, uint16_t *h, const int64_t *pos, const int64_t *slot, const int64_t *win,
-                   int64_t W, const int64_t *ctx, int64_t R, uint16_t *logits, int nthreads) {
+/* h [R, hidden]: the rows' embeddings, overwritten by the residual stream; logits [R, vocab] out, both in the kernels' dtype.  Row r
+   is at position pos[r], its K/V go to pool slot slot[r], and it attends to the first ctx[r] slots of its window win[r * W ...].
+   Returns 0; 1 out of memory; 3 a position outside the rotary table, 4 a slot outside the pool or a context outside the window
+   (both before anything is written). */
+int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *pos, const int64_t *slot, const int64_t *win,
+                   int64_t W, const int64_t *ctx, int64_t R, void *logits, int nthreads) {
     if (out_of_bounds(m, slot, win, W, ctx, R)) return 4;
-    int64_t E = m->hidden, D = m->head_dim, QS = m->heads * D, KVS = m->kv_heads * D, QKV = QS + 2 * KVS, I = m->intermediate;
-    uint16_t *buf = malloc(sizeof(uint16_t) * R * (2 * E + QKV + 2 * QS + 3 * I));
+    int64_t es = kn->es, E = m->hidden, D = m->head_dim, QS = m->heads * D, KVS = m->kv_heads * D, QKV = QS + 2 * KVS, I = m->intermediate;
+    char *buf = malloc(es * R * (2 * E + QKV + 2 * QS + 3 * I));       /* char *: offsets below are in elements, times es */
     if (!buf) return 1;
-    uint16_t *xn = buf, *qkv = xn + R * E, *q = qkv + R * QKV, *att = q + R * QS, *y = att + R * QS, *gu = y + R * E, *a = gu + R * 2 * I;
+    char *xn = buf, *qkv = xn + es * R * E, *q = qkv + es * R * QKV, *att = q + es * R * QS, *y = att + es * R * QS, *gu = y + es * R * E,
+         *a = gu + es * R * 2 * I;
     int rc = 0;
     for (int64_t l = 0; l < m->layers; l++) {
         const layer *L = m->layer + l;
         kn->norm(h, E, L->input_norm, xn, R, E, m->eps);
-        if ((rc = kn->linear(xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads))) break;
+        if ((rc = product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads))) break;
         if (kn->rope(qkv, QKV, pos, m->cos, m->sin, m->max_pos, R, m->heads + m->kv_heads, D)) { rc = 3; break; }
         for (int64_t r = 0; r < R; r++) {
-            const uint16_t *row = qkv + r * QKV;
-            memcpy(q + r * QS, row, sizeof(uint16_t) * QS);
-            memcpy(L->k_pool + slot[r] * KVS, row + QS, sizeof(uint16_t) * KVS);
-            memcpy(L->v_pool + slot[r] * KVS, row + QS + KVS, sizeof(uint16_t) * KVS);
+            const char *row = qkv + es * r * QKV;
+            memcpy(q + es * r * QS, row, es * QS);
+            memcpy((char *)L->k_pool + es * slot[r] * KVS, row + es * QS, es * KVS);
+            memcpy((char *)L->v_pool + es * slot[r] * KVS, row + es * (QS + KVS), es * KVS);
         }
         if ((rc = kn->attend(q, L->k_pool, L->v_pool, win, W, ctx, 0, 0, att, R, m->heads, m->kv_heads, D, m->scale, nthreads))) break;
-        if ((rc = kn->linear(att, L->o, L->o_bias, y, R, E, QS, nthreads))) break;
-        add_(h, y, R * E);
+        if ((rc = product(kn, att, L->o, L->o_bias, y, R, E, QS, nthreads))) break;
+        add_(kn, h, y, R * E);
         kn->norm(h, E, L->post_norm, xn, R, E, m->eps);
-        if ((rc = kn->linear(xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads))) break;
+        if ((rc = product(kn, xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads))) break;
         kn->silu_mul(gu, a, R, I);
-        if ((rc = kn->linear(a, L->down, L->down_bias, y, R, E, I, nthreads))) break;
-        add_(h, y, R * E);
+        if ((rc = product(kn, a, L->down, L->down_bias, y, R, E, I, nthreads))) break;
+        add_(kn, h, y, R * E);
     }
     if (!rc) {
         kn->norm(h, E, m->final_norm, xn, R, E, m->eps);
-        rc = kn->linear(xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads);
+        rc = product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads);
     }
     free(buf);
     return rc;
@@ -106,7 +122,7 @@ int decode_forward(const kernels *kn, const model *m, uint16_t *h, const int64_t
 DECODE_CALL_FLAGS = ('-O3', '-march=native', '-fPIC', '-shared', '-std=c11')
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-class _Kernels(ctypes.Structure): _fields_ = [(n, _P) for n in ('linear', 'norm', 'rope', 'silu_mul', 'attend')]
+class _Kernels(ctypes.Structure): _fields_ = [('es', _I)] + [(n, _P) for n in ('linear', 'linear_void', 'norm', 'rope', 'silu_mul', 'attend')]
 class _Layer(ctypes.Structure):
     _fields_ = [(n, _P) for n in ('input_norm', 'qkv', 'qkv_bias', 'o', 'o_bias', 'post_norm', 'gate_up', 'gate_up_bias', 'down', 'down_bias', 'k_pool', 'v_pool')]
 class _Model(ctypes.Structure):
@@ -125,25 +141,31 @@ def decode_call_kernel():
 # %% ../nbs/13_decode_call.ipynb #dc000009
 def _ptr(t: torch.Tensor | None) -> int | None: return None if t is None else t.data_ptr()
 
-def _amx(p) -> bool: return type(p) is FastLinear and p.amx is not None and p.weight.dtype == torch.bfloat16
+DECODE_CALL_DTYPES = {torch.bfloat16: 'amx', torch.float32: 'f32'}    # the dtypes the call runs, and the packed copy of each product it reads
+
+def _own(p, dtype) -> bool:
+    "p is Day 06's product with its own kernel's copy for `dtype`: AMX's for bfloat16, the float32 kernel's for float32."
+    return type(p) is FastLinear and p.weight.dtype == dtype and getattr(p, DECODE_CALL_DTYPES[dtype]) is not None
 
 def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
     "Why a pure-decode step of `model` over `cache` cannot be one `DecodeCall` (None: it can)."
-    cfg, fast = model.config, getattr(model, 'fast', None) or {}
-    if model.device.type != 'cpu' or model.dtype != torch.bfloat16 or cache.k.dtype != torch.bfloat16: return 'it is for bfloat16 models on the CPU'
-    if not (fast.get('fuse') and fast.get('amx') and fast.get('small_ops')):
-        return f"it needs Day 06's fused projections, AMX products and small operators (this model has {fast or 'none of them'})"
-    if type(model.model.embed_tokens) is not nn.Embedding or not _amx(model.lm_head): return 'its embedding or LM head is not a plain one (tensor parallelism)'
+    cfg, fast, dt = model.config, getattr(model, 'fast', None) or {}, model.dtype
+    if model.device.type != 'cpu' or dt not in DECODE_CALL_DTYPES: return f'it is for bfloat16 and float32 models on the CPU, not {dt} on {model.device.type}'
+    if cache.k.dtype != dt: return f"the KV cache is {cache.k.dtype}, not the model's {dt}"
+    if not (fast.get('fuse') and fast.get('pack') and fast.get('small_ops')):
+        return f"it needs Day 06's fused projections, packed products and small operators (this model has {fast or 'none of them'})"
+    kernel = 'an AMX product' if dt == torch.bfloat16 else "the float32 kernel's product (AVX-512)"
+    if type(model.model.embed_tokens) is not nn.Embedding or not _own(model.lm_head, dt): return f'its embedding or LM head is not a plain one with {kernel}'
     if type(model.rotary) is not FastRotary or type(model.model.norm) is not FastRMSNorm: return "its rotary embedding or final norm is not Day 06's kernel"
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
         if type(a) is not FusedAttention or type(m) is not FusedMLP or not m.small_ops: return "a layer is not Day 06's fused attention and MLP with small operators"
-        if not all(_amx(p) for p in (a.qkv_proj, a.o_proj, m.gate_up_proj, m.down_proj)): return 'a projection is not an AMX product (quantized, or sharded)'
+        if not all(_own(p, dt) for p in (a.qkv_proj, a.o_proj, m.gate_up_proj, m.down_proj)): return f'a projection is not {kernel} (quantized, sharded, or --no-amx-linear)'
         if not all(type(n) is FastRMSNorm and n.eps == model.model.norm.eps for n in (layer.input_layernorm, layer.post_attention_layernorm)):
             return "a layer's norms are not Day 06's kernel with the model's epsilon"
     if cfg.head_dim not in DECODE_KERNEL_HEAD_SIZES or cfg.hidden_size % 16: return f"Day 12's attention kernel has no version for head size {cfg.head_dim}"
-    for name, lib in (('AMX product', amx_kernel()), ('small operators', elementwise_kernel()), ('decode attention', decode_kernel()),
-                      ('decode call', decode_call_kernel())):
+    product = ('AMX product', amx_kernel()) if dt == torch.bfloat16 else ('float32 product', f32_kernel())
+    for name, lib in (product, ('small operators', elementwise_kernel()), ('decode attention', decode_kernel()), ('decode call', decode_call_kernel())):
         if lib is None: return f"the {name} kernel could not be built here"
     return None
 
@@ -154,30 +176,32 @@ class DecodeCall:
         if (why := decode_call_refusal(model, cache)) is not None: raise ValueError(f"this model cannot take the decode call: {why}")
         self.model, self.cache, self.lib = model, cache, decode_call_kernel()
         cfg, fn = model.config, lambda lib, name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-        ew = elementwise_kernel()
-        self._kernels = _Kernels(fn(amx_kernel(), 'amx_linear'), fn(ew, 'rms_norm_bf16'), fn(ew, 'rope_bf16'), fn(ew, 'silu_mul_bf16'),
-                                 fn(decode_kernel(), 'decode_attention_bf16'))
+        ew, bf = elementwise_kernel(), model.dtype == torch.bfloat16
+        self.max_rows, copy, kind = (AMX_MAX_ROWS, 'amx', 'bf16') if bf else (F32_MAX_ROWS, 'f32', 'f32')
+        self._kernels = _Kernels(2 if bf else 4, fn(amx_kernel(), 'amx_linear') if bf else None, None if bf else fn(f32_kernel(), 'f32_linear'),
+                                 fn(ew, f'rms_norm_{kind}'), fn(ew, f'rope_{kind}'), fn(ew, f'silu_mul_{kind}'), fn(decode_kernel(), f'decode_attention_{kind}'))
+        packed = lambda p: _ptr(getattr(p, copy))            # a product's copy in its kernel's layout
         self._layers = (_Layer * cfg.num_hidden_layers)()
         for i, l in enumerate(model.model.layers):
             a, m = l.self_attn, l.mlp
-            self._layers[i] = _Layer(_ptr(l.input_layernorm.weight), _ptr(a.qkv_proj.amx), _ptr(a.qkv_proj.bias), _ptr(a.o_proj.amx), _ptr(a.o_proj.bias),
-                                     _ptr(l.post_attention_layernorm.weight), _ptr(m.gate_up_proj.amx), _ptr(m.gate_up_proj.bias),
-                                     _ptr(m.down_proj.amx), _ptr(m.down_proj.bias), _ptr(cache.k[i]), _ptr(cache.v[i]))
+            self._layers[i] = _Layer(_ptr(l.input_layernorm.weight), packed(a.qkv_proj), _ptr(a.qkv_proj.bias), packed(a.o_proj), _ptr(a.o_proj.bias),
+                                     _ptr(l.post_attention_layernorm.weight), packed(m.gate_up_proj), _ptr(m.gate_up_proj.bias),
+                                     packed(m.down_proj), _ptr(m.down_proj.bias), _ptr(cache.k[i]), _ptr(cache.v[i]))
         self._pools = cache.k.data_ptr(), cache.v.data_ptr()
         self._model = _Model(cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
                              cfg.intermediate_size, cfg.vocab_size, model.rotary.cos.shape[0], cache.k.shape[1], model.model.norm.eps,
                              1 / math.sqrt(cfg.head_dim), _ptr(model.rotary.cos), _ptr(model.rotary.sin), _ptr(model.model.norm.weight),
-                             _ptr(model.lm_head.amx), _ptr(model.lm_head.bias), self._layers)
+                             packed(model.lm_head), _ptr(model.lm_head.bias), self._layers)
         self._args = ctypes.byref(self._kernels), ctypes.byref(self._model)
 
     def __call__(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor | None:
-        "float32 logits [R, vocab] of a step of R decodes, all sampling; None for a step that is not one call (prefill in it, no rows, R > AMX_MAX_ROWS)."
+        "float32 logits [R, vocab] of a step of R decodes, all sampling; None for a step that is not one call (prefill in it, no rows, R > `max_rows`)."
         R = meta.num_decodes
-        if not 0 < R <= AMX_MAX_ROWS or R != len(meta.chunks) or input_ids.shape[0] != R: return None
+        if not 0 < R <= self.max_rows or R != len(meta.chunks) or input_ids.shape[0] != R: return None
         if (self.cache.k.data_ptr(), self.cache.v.data_ptr()) != self._pools: raise RuntimeError("the KV pools moved since the decode call was made")
         h = self.model.model.embed_tokens.weight.index_select(0, input_ids)       # [R, hidden]: the embedding, as nn.Embedding looks it up
         win, pos, slots, ctx = decode_slots(self.cache, meta), meta.positions.contiguous(), meta.slot_mapping.contiguous(), meta.decode_context.contiguous()
-        logits = torch.empty(R, self.model.config.vocab_size, dtype=torch.bfloat16)
+        logits = torch.empty(R, self.model.config.vocab_size, dtype=self.model.dtype)
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_forward(*self._args, h.data_ptr(), pos.data_ptr(), slots.data_ptr(), win.data_ptr(), win.numel() // R,
                                          ctx.data_ptr(), R, logits.data_ptr(), torch.get_num_threads())

@@ -74,7 +74,7 @@ class EngineConfig:
     decode_kernel: bool = _flag(True, "decode attention on the CPU through Day 12's C kernel, reading the KV pool in place (built with the system's C "
                                 "compiler on first use; SDPA where it cannot be); --no-decode-kernel: gather the window, then SDPA")
     decode_call: bool = _flag(True, "a step of decodes (up to 32 rows) as one C call through the kernels above (Day 13), where every one of them "
-                              "applies (bfloat16, AMX); the same bits as the layers' forward; --no-decode-call: the layers, called from Python")
+                              "applies (bfloat16 with AMX, float32 with AVX-512); the same bits as the layers' forward; --no-decode-call: the layers, called from Python")
     prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed (Day 9); --no-prefix-cache computes every prompt whole")
     quantization: str = _flag('none', "none, int8 (one scale per output channel) or int4 (a scale and zero per --quant-group-size inputs): the decoder "
                               "layers' weights quantized at load (Day 60; CPU); activations in bfloat16")

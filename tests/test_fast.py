@@ -172,11 +172,14 @@ def counting(runner):
     runner.decode_call = spy
     return taken
 
-def test_decode_call_gives_the_layers_tokens_and_logprobs(default_model):
-    "Day 13's one-call decode against the layers' forward (`--no-decode-call`), bfloat16, the default model: the same bits, so every token and logprob."
-    if amx_kernel() is None: pytest.skip("this CPU has no AMX: a decode step is not one call here (Day 13's decode_call_refusal)")
-    ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', decode_call=False))
-    one = Engine.build(default_model, config=EngineConfig(dtype='bfloat16'))
+@pytest.mark.parametrize('dtype', ['bfloat16', 'float32'])
+def test_decode_call_gives_the_layers_tokens_and_logprobs(default_model, dtype):
+    "Day 13's one-call decode against the layers' forward (`--no-decode-call`), the default model, in both dtypes: the same bits, so every token and logprob."
+    from nanoserve.f32_linear import f32_kernel
+    if dtype == 'bfloat16' and amx_kernel() is None: pytest.skip("this CPU has no AMX: a bfloat16 decode step is not one call here (Day 13's decode_call_refusal)")
+    if dtype == 'float32' and f32_kernel() is None: pytest.skip("this CPU has no AVX-512F: a float32 decode step is not one call here (Day 13's decode_call_refusal)")
+    ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, decode_call=False))
+    one = Engine.build(default_model, config=EngineConfig(dtype=dtype))
     assert ref.runner.decode_call is None and one.runner.decode_call_off is None, one.runner.decode_call_off
     taken = counting(one.runner)
     for params in (SamplingParams(temperature=0, max_tokens=24, logprobs=3), SamplingParams(temperature=0.8, top_p=0.9, seed=7, max_tokens=24, logprobs=1)):
@@ -186,9 +189,9 @@ def test_decode_call_gives_the_layers_tokens_and_logprobs(default_model):
     assert len(taken) >= 4 * 23 and 4 in taken and 1 in taken       # decodes of the batch of four and of each prompt alone went through it
 
 def test_decode_call_is_off_where_it_does_not_apply(tiny):
-    "The runner says why it runs the layers: float32, the batch-invariant mode, the flag, the decode kernel off; and each still generates."
+    "The runner says why it runs the layers: float32 products by oneDNN, the batch-invariant mode, the flag, the decode kernel off; and each still generates."
     path = tiny('llama_tied_gqa')
-    for cfg, says in ((EngineConfig(dtype='float32'), 'bfloat16'), (EngineConfig(dtype='bfloat16', batch_invariant=True), 'batch-invariant'),
+    for cfg, says in ((EngineConfig(dtype='float32', amx_linear=False), 'float32 kernel'), (EngineConfig(dtype='bfloat16', batch_invariant=True), 'batch-invariant'),
                       (EngineConfig(dtype='bfloat16', decode_call=False), 'turned off'), (EngineConfig(dtype='bfloat16', decode_kernel=False), 'decode kernel')):
         eng = Engine.build(path, config=cfg)
         assert eng.runner.decode_call is None and says in eng.runner.decode_call_off, (cfg, eng.runner.decode_call_off)
