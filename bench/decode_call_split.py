@@ -3,9 +3,11 @@
 functions that return at once (attention, the products, the small operators, all of them), interleaved in one process.
 
     python bench/decode_call_split.py --rows 1,8,32
+    python bench/decode_call_split.py --dtype float32 --rows 1,8,32
 
 The difference between the whole call and a call without a family is that family's time; the call with nothing left is the
-loop itself (the K/V copies, the residual sums). The logits of the swapped calls are garbage and are not used. Uses profile_step's
+loop itself (the K/V copies, the residual sums). In float32 the products are swapped through the table's `linear`, which the loop
+calls in preference to `linear_void` (the float32 kernel's) whenever it is set. The logits of the swapped calls are garbage and are not used. Uses profile_step's
 engine (the default model, 128-token random prompts). Writes OUT/decode_call_split.{csv,txt} with the machine line. Not part of CI.
 """
 import argparse, ctypes, sys, time
@@ -39,13 +41,13 @@ def step_inputs(eng):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--model', default=None); ap.add_argument('--rows', default='1,8,32')
+    ap.add_argument('--model', default=None); ap.add_argument('--rows', default='1,8,32'); ap.add_argument('--dtype', default='bfloat16')
     ap.add_argument('--rounds', type=int, default=10); ap.add_argument('--out', default='bench/results')
     args = ap.parse_args()
     path, rows_out = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), []
     nothing = c_library('decode_call_nothing', NOTHING_C, ('-O2', '-fPIC', '-shared'))
     for rows in map(int, args.rows.split(',')):
-        eng = decoding_engine(path, 'bfloat16', rows, 'fast', max_tokens=100_000)
+        eng = decoding_engine(path, args.dtype, rows, 'fast', max_tokens=100_000)
         call = eng.runner.decode_call
         if call is None: sys.exit(f"the decode call does not apply here: {eng.runner.decode_call_off}")
         ids, meta = step_inputs(eng)
@@ -60,12 +62,12 @@ def main():
                     times[k].append((time.perf_counter() - t) / 3 * 1e3)
         for f, v in real.items(): setattr(call._kernels, f, v)
         for k, ts in times.items():
-            rows_out.append({'rows': rows, 'call': k, 'threads': torch.get_num_threads(), 'ms_min': round(min(ts), 2),
+            rows_out.append({'dtype': args.dtype, 'rows': rows, 'call': k, 'threads': torch.get_num_threads(), 'ms_min': round(min(ts), 2),
                              'ms_median': round(sorted(ts)[len(ts) // 2], 2), 'machine': machine()})
             print(rows_out[-1], file=sys.stderr)
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
     write_csv(rows_out, out/'decode_call_split.csv')
-    lines = [f"machine: {machine()}; bfloat16; 128-token prompts; {args.rounds} rounds of 3 calls per variant, interleaved",
+    lines = [f"machine: {machine()}; {args.dtype}; 128-token prompts; {args.rounds} rounds of 3 calls per variant, interleaved",
              f"{'rows':>4}  {'call':20s} {'ms (min)':>9} {'(median)':>9}"]
     lines += [f"{r['rows']:>4}  {r['call']:20s} {r['ms_min']:>9.1f} {r['ms_median']:>9.1f}" for r in rows_out]
     lines.append('command: python bench/decode_call_split.py ' + ' '.join(sys.argv[1:]))

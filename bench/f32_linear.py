@@ -5,15 +5,19 @@ shapes: 30 layers of q/k/v (576 -> 960), o (576 -> 576), gate/up (576 -> 3072) a
 
     python bench/f32_linear.py                                  # 2 threads
     OMP_NUM_THREADS=1 taskset -c 1 python bench/f32_linear.py --threads 1
+    ONEDNN_MAX_CPU_ISA=AVX2 python bench/f32_linear.py --isa avx2   # both sides on AVX2 only, on a CPU that has more
+
+--isa picks the kernel's version (default: the one the engine runs on this CPU); ONEDNN_MAX_CPU_ISA caps oneDNN's, and the
+CSV records both.
 
 The arms alternate within every round and their order flips each round, so the VM's drift falls on both; each arm's median
 and fastest round per row count. Writes OUT/f32_linear.{csv,txt} (appending a thread count's rows to the CSV) with the
 machine line. Not part of CI.
 """
-import argparse, csv, statistics, sys, time
+import argparse, csv, os, statistics, sys, time
 from pathlib import Path
 import torch
-from nanoserve.f32_linear import f32_kernel, f32_pack, f32_product
+from nanoserve.f32_linear import f32_kernel, f32_isa, f32_pack, f32_product
 from nanoserve.offline_bench import machine
 
 SHAPES = [(576, 960), (576, 576), (576, 3072), (1536, 576)] * 30 + [(576, 49152)]     # (in, out) of each product in a step
@@ -22,9 +26,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--rows', default='1,4,8,16,32'); p.add_argument('--rounds', type=int, default=7)
     p.add_argument('--threads', type=int, default=None); p.add_argument('--out', default='bench/results/eighth_pass')
+    p.add_argument('--isa', default=None, help="the kernel's version: avx512f or avx2 (default: the engine's on this CPU)")
     a = p.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)
-    if f32_kernel() is None: sys.exit("this CPU has no AVX-512F (or the kernel could not be built): nothing to compare")
+    if f32_kernel() is None: sys.exit("this CPU has neither AVX-512F nor AVX2 (or the kernel could not be built): nothing to compare")
+    isa, onednn_isa = a.isa or f32_isa(), os.environ.get('ONEDNN_MAX_CPU_ISA', 'default')
     g = torch.Generator().manual_seed(0)
     weights = []
     for k, n in SHAPES:
@@ -35,7 +41,7 @@ def main(argv=None):
     for m in map(int, a.rows.split(',')):
         xs = {k: torch.randn(m, k, generator=g) for k in (576, 1536)}
         arms = {'onednn': lambda: [torch.ops.mkldnn._linear_pointwise(xs[k], wp, None, 'none', [], '') for k, n, wp, _ in weights],
-                'kernel': lambda: [f32_product(xs[k], pk, None, n) for k, n, _, pk in weights]}
+                'kernel': lambda: [f32_product(xs[k], pk, None, n, isa=isa) for k, n, _, pk in weights]}
         for f in arms.values(): f()                                                   # warm
         times = {name: [] for name in arms}
         for r in range(a.rounds):
@@ -43,12 +49,12 @@ def main(argv=None):
                 t = time.perf_counter(); f(); times[name].append(time.perf_counter() - t)
         med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
         best = {k: 1e3 * min(v) for k, v in times.items()}
-        row = dict(threads=th, rows=m, onednn_ms=round(med['onednn'], 2), kernel_ms=round(med['kernel'], 2), speedup=round(med['onednn'] / med['kernel'], 3),
+        row = dict(threads=th, rows=m, isa=isa, onednn_max_isa=onednn_isa, onednn_ms=round(med['onednn'], 2), kernel_ms=round(med['kernel'], 2), speedup=round(med['onednn'] / med['kernel'], 3),
                    onednn_best_ms=round(best['onednn'], 2), kernel_best_ms=round(best['kernel'], 2),
                    kernel_gflops=round(2 * m * sum(k * n for k, n in SHAPES) / med['kernel'] / 1e6, 1),
                    kernel_weights_gbs=round(4 * sum(k * n for k, n in SHAPES) / med['kernel'] / 1e6, 1), machine=machine())
         rows_out.append(row)
-        lines.append(f"{th} threads, {m:2d} rows: oneDNN {med['onednn']:6.1f} ms, kernel {med['kernel']:6.1f} ms, x{row['speedup']:.2f} "
+        lines.append(f"{th} threads, {m:2d} rows, kernel {isa}, oneDNN {onednn_isa}: oneDNN {med['onednn']:6.1f} ms, kernel {med['kernel']:6.1f} ms, x{row['speedup']:.2f} "
                      f"(fastest {best['onednn']:.1f} vs {best['kernel']:.1f}); kernel {row['kernel_gflops']} GFLOP/s, weights {row['kernel_weights_gbs']} GB/s")
         print(lines[-1], flush=True)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)

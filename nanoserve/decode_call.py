@@ -11,7 +11,7 @@ from .core import c_library, named_in_profile
 from .model import CausalLM
 from .kvcache import KVCache
 from .fast import FastLinear, FusedAttention, FusedMLP, amx_kernel, AMX_MAX_ROWS
-from .f32_linear import f32_kernel, F32_MAX_ROWS
+from .f32_linear import f32_kernel, f32_isa, F32_ENTRIES, F32_MAX_ROWS
 from .elementwise import FastRMSNorm, FastRotary, elementwise_kernel
 from .attention import AttentionMetadata, decode_kernel, decode_slots, DECODE_KERNEL_HEAD_SIZES
 
@@ -154,7 +154,7 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
     if cache.k.dtype != dt: return f"the KV cache is {cache.k.dtype}, not the model's {dt}"
     if not (fast.get('fuse') and fast.get('pack') and fast.get('small_ops')):
         return f"it needs Day 06's fused projections, packed products and small operators (this model has {fast or 'none of them'})"
-    kernel = 'an AMX product' if dt == torch.bfloat16 else "the float32 kernel's product (AVX-512)"
+    kernel = 'an AMX product' if dt == torch.bfloat16 else "the float32 kernel's product (AVX-512 or AVX2)"
     if type(model.model.embed_tokens) is not nn.Embedding or not _own(model.lm_head, dt): return f'its embedding or LM head is not a plain one with {kernel}'
     if type(model.rotary) is not FastRotary or type(model.model.norm) is not FastRMSNorm: return "its rotary embedding or final norm is not Day 06's kernel"
     for layer in model.model.layers:
@@ -178,7 +178,7 @@ class DecodeCall:
         cfg, fn = model.config, lambda lib, name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
         ew, bf = elementwise_kernel(), model.dtype == torch.bfloat16
         self.max_rows, copy, kind = (AMX_MAX_ROWS, 'amx', 'bf16') if bf else (F32_MAX_ROWS, 'f32', 'f32')
-        self._kernels = _Kernels(2 if bf else 4, fn(amx_kernel(), 'amx_linear') if bf else None, None if bf else fn(f32_kernel(), 'f32_linear'),
+        self._kernels = _Kernels(2 if bf else 4, fn(amx_kernel(), 'amx_linear') if bf else None, None if bf else fn(f32_kernel(), F32_ENTRIES[f32_isa()]),
                                  fn(ew, f'rms_norm_{kind}'), fn(ew, f'rope_{kind}'), fn(ew, f'silu_mul_{kind}'), fn(decode_kernel(), f'decode_attention_{kind}'))
         packed = lambda p: _ptr(getattr(p, copy))            # a product's copy in its kernel's layout
         self._layers = (_Layer * cfg.num_hidden_layers)()

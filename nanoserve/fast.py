@@ -56,12 +56,12 @@ class FastLinear(nn.Module):
         self.one_row = one_row
         self.packed = None      # the weight in oneDNN's blocked layout, once `pack` has run (not a parameter: a second copy)
         self.amx = None         # the weight in the AMX kernel's layout, once `pack(amx=True)` has run where the kernel applies (a third copy)
-        self.f32 = None         # the weight in the float32 kernel's layout (Day 06's `f32_pack`), likewise, for a float32 weight on AVX-512
+        self.f32 = None         # the weight in the float32 kernel's layout (Day 06's `f32_pack`), likewise, for a float32 weight on AVX-512F or AVX2
         self.is_packed = False  # `packed` or `amx` is there, as a plain flag a traced step can read
 
     def pack(self, batch_size: int = 32, amx: bool = False) -> bool:
         """Reorder the weight once for oneDNN's GEMM (CPU, float32 or bfloat16), and with `amx` for nanoserve's own product kernel where
-        one applies: AMX's (bfloat16, a CPU with AMX) or the float32 one (a CPU with AVX-512F). Eager products then take them: the own
+        one applies: AMX's (bfloat16, a CPU with AMX) or the float32 one (a CPU with AVX-512F or AVX2). Eager products then take them: the own
         kernel's up to `AMX_MAX_ROWS` / `F32_MAX_ROWS` rows, oneDNN's beyond."""
         w = self.weight
         if w.device.type != 'cpu' or w.dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available(): return False
@@ -280,7 +280,7 @@ class FusedMLP(nn.Module):
 # %% ../nbs/06_fast.ipynb #8f83f6a6
 def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: bool = False, amx: bool = True, small_ops: bool = True) -> CausalLM:
     """Fuse q/k/v and gate/up (`fuse`), route one-row CPU products through the compiled GEMV (`one_row`), give every product oneDNN's packed
-    weights (`pack`) and, with `amx` too, nanoserve's own kernel's where one applies (AMX for bfloat16, AVX-512 for float32), and put in the small operators' kernels (`small_ops`), in place."""
+    weights (`pack`) and, with `amx` too, nanoserve's own kernel's where one applies (AMX for bfloat16, AVX-512 or AVX2 for float32), and put in the small operators' kernels (`small_ops`), in place."""
     want = {'fuse': bool(fuse), 'one_row': bool(one_row), 'pack': bool(pack), 'amx': bool(pack and amx and amx_kernel() is not None),
             'small_ops': bool(small_ops)}
     have = getattr(model, 'fast', None)

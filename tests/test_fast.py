@@ -140,9 +140,9 @@ def test_amx_products_greedy_text_equals_onednn(default_model):
     assert_same_bfloat16_model(ref, amx, 2e-2)
 
 def test_f32_products_greedy_text_equals_onednn(default_model):
-    "Day 06's float32 kernel (decodes, up to 32 rows, AVX-512) against oneDNN's packed product (`--no-amx-linear`), float32, the default model: every token."
+    "Day 06's float32 kernel (decodes, up to 32 rows, AVX-512 or AVX2) against oneDNN's packed product (`--no-amx-linear`), float32, the default model: every token."
     from nanoserve.f32_linear import f32_kernel
-    if f32_kernel() is None: pytest.skip('this CPU has no AVX-512F: the float32 kernel is not used here, and oneDNN is the engine\'s product')
+    if f32_kernel() is None: pytest.skip('this CPU has neither AVX-512F nor AVX2: the float32 kernel is not used here, and oneDNN is the engine\'s product')
     ref = Engine.build(default_model, config=EngineConfig(dtype='float32', amx_linear=False))
     ker = Engine.build(default_model, config=EngineConfig(dtype='float32'))
     assert ref.model.lm_head.f32 is None and ker.model.lm_head.f32 is not None
@@ -177,7 +177,7 @@ def test_decode_call_gives_the_layers_tokens_and_logprobs(default_model, dtype):
     "Day 13's one-call decode against the layers' forward (`--no-decode-call`), the default model, in both dtypes: the same bits, so every token and logprob."
     from nanoserve.f32_linear import f32_kernel
     if dtype == 'bfloat16' and amx_kernel() is None: pytest.skip("this CPU has no AMX: a bfloat16 decode step is not one call here (Day 13's decode_call_refusal)")
-    if dtype == 'float32' and f32_kernel() is None: pytest.skip("this CPU has no AVX-512F: a float32 decode step is not one call here (Day 13's decode_call_refusal)")
+    if dtype == 'float32' and f32_kernel() is None: pytest.skip("this CPU has neither AVX-512F nor AVX2: a float32 decode step is not one call here (Day 13's decode_call_refusal)")
     ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, decode_call=False))
     one = Engine.build(default_model, config=EngineConfig(dtype=dtype))
     assert ref.runner.decode_call is None and one.runner.decode_call_off is None, one.runner.decode_call_off
