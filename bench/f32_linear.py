@@ -14,9 +14,11 @@ The arms alternate within every round and their order flips each round, so the V
 and fastest round per row count. Writes OUT/f32_linear.{csv,txt} (appending a thread count's rows to the CSV) with the
 machine line. Not part of CI.
 """
-import argparse, csv, os, statistics, sys, time
+import argparse, os, sys
 from pathlib import Path
 import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from alternating import alternate, append_results
 from nanoserve.f32_linear import f32_kernel, f32_isa, f32_pack, f32_product
 from nanoserve.offline_bench import machine
 
@@ -42,13 +44,7 @@ def main(argv=None):
         xs = {k: torch.randn(m, k, generator=g) for k in (576, 1536)}
         arms = {'onednn': lambda: [torch.ops.mkldnn._linear_pointwise(xs[k], wp, None, 'none', [], '') for k, n, wp, _ in weights],
                 'kernel': lambda: [f32_product(xs[k], pk, None, n, isa=isa) for k, n, _, pk in weights]}
-        for f in arms.values(): f()                                                   # warm
-        times = {name: [] for name in arms}
-        for r in range(a.rounds):
-            for name, f in (arms.items() if r % 2 == 0 else list(arms.items())[::-1]):
-                t = time.perf_counter(); f(); times[name].append(time.perf_counter() - t)
-        med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
-        best = {k: 1e3 * min(v) for k, v in times.items()}
+        med, best = alternate(arms, a.rounds)
         row = dict(threads=th, rows=m, isa=isa, onednn_max_isa=onednn_isa, onednn_ms=round(med['onednn'], 2), kernel_ms=round(med['kernel'], 2), speedup=round(med['onednn'] / med['kernel'], 3),
                    onednn_best_ms=round(best['onednn'], 2), kernel_best_ms=round(best['kernel'], 2),
                    kernel_gflops=round(2 * m * sum(k * n for k, n in SHAPES) / med['kernel'] / 1e6, 1),
@@ -57,13 +53,6 @@ def main(argv=None):
         lines.append(f"{th} threads, {m:2d} rows, kernel {isa}, oneDNN {onednn_isa}: oneDNN {med['onednn']:6.1f} ms, kernel {med['kernel']:6.1f} ms, x{row['speedup']:.2f} "
                      f"(fastest {best['onednn']:.1f} vs {best['kernel']:.1f}); kernel {row['kernel_gflops']} GFLOP/s, weights {row['kernel_weights_gbs']} GB/s")
         print(lines[-1], flush=True)
-    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
-    f = out/'f32_linear.csv'; new = not f.exists()
-    with open(f, 'a', newline='') as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows_out[0]))
-        if new: w.writeheader()
-        w.writerows(rows_out)
-    with open(out/'f32_linear.txt', 'a') as fh:
-        fh.write(f"machine: {machine()}; {a.rounds} rounds, arms alternating, medians\n" + '\n'.join(lines) + '\n\n')
+    append_results(a.out, 'f32_linear', rows_out, f"machine: {machine()}; {a.rounds} rounds, arms alternating, medians", lines)
 
 if __name__ == '__main__': main()

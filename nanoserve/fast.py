@@ -110,6 +110,9 @@ AMX_LINEAR_C = r"""
 #include <omp.h>
 
 #define NB 64                               /* output columns of a packed block: four 16-column tiles */
+#ifndef AHEAD                              /* bytes of a block ahead of its tile loads that the first pass asks the memory for */
+#define AHEAD 8192                          /* (0: none; bench/amx_prefetch.py builds the kernel so, to compare) */
+#endif
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -171,7 +174,8 @@ TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, u
             if (Mp == 16) {
                 _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
                 for (int64_t k = 0; k < K; k += 32) {
-                    const uint16_t *bk = blk + k * nb;
+                    const uint16_t *bk = blk + k * nb;      /* 32 inputs of the block: nb * 64 bytes, front to back */
+                    if (AHEAD) for (int64_t l = 0; l < nb * 64; l += 64) _mm_prefetch((const char *)bk + AHEAD + l, _MM_HINT_T0);
                     _tile_loadd(4, xp + k, K * 2);
                     _tile_loadd(5, bk, ldb); _tile_dpbf16ps(0, 4, 5);
                     if (nb > 16) { _tile_loadd(6, bk + 32, ldb); _tile_dpbf16ps(1, 4, 6); }
@@ -192,6 +196,10 @@ TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, u
                     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
                     for (int64_t k = 0; k < K; k += 32) {
                         const uint16_t *bk = blk + k * nb + 2 * j;
+                        if (AHEAD && m0 == 0) {         /* the first 32 rows stream these columns' 16 x 128 bytes: ask AHEAD bytes on */
+                            const char *ahead = (const char *)bk + AHEAD;
+                            for (int r = 0; r < 16; r++) { _mm_prefetch(ahead + r * ldb, _MM_HINT_T0); if (two) _mm_prefetch(ahead + r * ldb + 64, _MM_HINT_T0); }
+                        }
                         _tile_loadd(4, a0 + k, K * 2); _tile_loadd(5, a1 + k, K * 2);
                         _tile_loadd(6, bk, ldb); _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(2, 5, 6);
                         if (two) { _tile_loadd(7, bk + 32, ldb); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 5, 7); }

@@ -1,0 +1,23 @@
+"""Shared by the kernel A/B scripts in bench/ (f32_linear.py, amx_prefetch.py): time arms in alternating rounds, and append
+their rows to OUT/NAME.csv and their lines to OUT/NAME.txt. Not part of CI."""
+import csv, statistics, time
+from pathlib import Path
+
+def alternate(arms: dict, rounds: int) -> tuple[dict, dict]:
+    "Each arm (name -> function) warmed once, then timed once per round, the order flipping every round: medians and fastest, ms."
+    for f in arms.values(): f()
+    times = {name: [] for name in arms}
+    for r in range(rounds):
+        for name, f in (arms.items() if r % 2 == 0 else list(arms.items())[::-1]):
+            t = time.perf_counter(); f(); times[name].append(time.perf_counter() - t)
+    return ({k: 1e3 * statistics.median(v) for k, v in times.items()}, {k: 1e3 * min(v) for k, v in times.items()})
+
+def append_results(out: str, name: str, rows: list[dict], header: str, lines: list[str]):
+    "Append `rows` to OUT/NAME.csv (a header if the file is new) and `header` and `lines` to OUT/NAME.txt."
+    out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    f = out/f'{name}.csv'; new = not f.exists()
+    with open(f, 'a', newline='') as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        if new: w.writeheader()
+        w.writerows(rows)
+    with open(out/f'{name}.txt', 'a') as fh: fh.write(header + '\n' + '\n'.join(lines) + '\n\n')
