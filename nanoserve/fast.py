@@ -16,7 +16,8 @@ from .f32_linear import F32_MAX_ROWS, f32_pack, f32_product
 
 # %% auto #0
 __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_reference', 'one_row_product', 'packed_linear',
-           'FastLinear', 'amx_kernel', 'amx_pack', 'amx_product', 'FusedAttention', 'FusedMLP', 'speed_up']
+           'FastLinear', 'amx_dot_rows', 'amx_kernel', 'amx_pack', 'amx_product', 'FusedAttention', 'FusedMLP',
+           'speed_up']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -113,6 +114,10 @@ AMX_LINEAR_C = r"""
 #ifndef AHEAD                              /* bytes of a block ahead of its tile loads that the first pass asks the memory for */
 #define AHEAD 8192                          /* (0: none; bench/amx_prefetch.py builds the kernel so, to compare) */
 #endif
+#ifndef DOT_ROWS                           /* products of at most this many rows (up to 4) take avx512bf16's dot products, not the tiles */
+#define DOT_ROWS 1                          /* (0: the tiles at every row count, 4: up to 4 rows; bench/amx_dot.py builds both, to compare) */
+#endif
+#define DOT_AHEAD 4096                      /* bytes of a block ahead of the dot products' loads that they ask the memory for */
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -149,12 +154,63 @@ TGT static void store_rows(uint16_t *out, int64_t ldo, const float *c, int64_t r
         }
 }
 
+int amx_dot_rows(void) { return DOT_ROWS; }
+
+/* mr (1-4) rows of x against one block with vdpbf16ps, reading the same packed layout: for each pair of inputs, the block's nb
+   columns x 2 (nb * 4 bytes, front to back) as nb / 16 vectors, against each row's pair broadcast.  Each output is one float32
+   sum over the pairs in order (vdpbf16ps adds a pair's two products one after the other), so a row's bits do not depend on the
+   other rows or the threads; they are not the tiles' bits, which round inside a tile in their own way. */
+TGT static inline __attribute__((always_inline)) void dot_pass(const uint16_t *x, int64_t K, const uint16_t *blk, int64_t nb,
+        uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const int mr) {
+    __m512 acc[4][4];
+    float c[4 * NB] __attribute__((aligned(64)));
+    const int32_t *xd = (const int32_t *)x;             /* a pair of bfloat16 inputs as one 32-bit word */
+    int nv = (int)(nb / 16);
+    for (int r = 0; r < mr; r++) for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K / 2; k++) {
+        const uint16_t *w = blk + k * nb * 2;
+        if (nv == 4) {                                  /* a whole block: four vectors, one 256-byte run */
+            for (int l = 0; l < 256; l += 64) _mm_prefetch((const char *)w + DOT_AHEAD + l, _MM_HINT_T0);
+            __m512bh w0 = (__m512bh)_mm512_loadu_si512(w), w1 = (__m512bh)_mm512_loadu_si512(w + 32),
+                     w2 = (__m512bh)_mm512_loadu_si512(w + 64), w3 = (__m512bh)_mm512_loadu_si512(w + 96);
+            for (int r = 0; r < mr; r++) {
+                __m512bh a = (__m512bh)_mm512_set1_epi32(xd[r * (K / 2) + k]);
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, w0); acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, w1);
+                acc[r][2] = _mm512_dpbf16_ps(acc[r][2], a, w2); acc[r][3] = _mm512_dpbf16_ps(acc[r][3], a, w3);
+            }
+        } else for (int j = 0; j < nv; j++) {          /* the last block, 16-48 columns */
+            __m512bh wj = (__m512bh)_mm512_loadu_si512(w + 32 * j);
+            for (int r = 0; r < mr; r++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)_mm512_set1_epi32(xd[r * (K / 2) + k]), wj);
+        }
+    }
+    for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) _mm512_store_ps(c + r * NB + 16 * j, acc[r][j]);
+    store_rows(out, ldo, c, mr, ncols, bias);
+}
+#define DOT(n) case n: dot_pass(x + m * K, K, p + n0 * K, nb, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, n); break;
+
+/* A product of one row reads each weight once whatever it does with it, and the dot products keep more of the memory's rate than
+   the tiles (which load a 16-row tile of x that is all zeros but one row, and 16 weight rows 256 bytes apart).  The blocks are split
+   across threads as the tiles split them; rows go in passes of up to 4, each over the block (the later ones find it in cache). */
+TGT static void dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N, int64_t K, int nthreads) {
+    int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
+            int64_t n0 = b * NB, nb = min64(NB, Np - n0);
+            for (int64_t m = 0; m < M; m += 4)
+                switch (min64(4, M - m)) { DOT(1) DOT(2) DOT(3) DOT(4) }
+        }
+    }
+}
+
 /* Tiles: 0-3 results (float32, 16 x 16), 4-5 x (16 rows x 32 inputs), 5-7 weights (16 pairs of inputs x 16 columns).
    Up to 16 rows: one tile of x (its missing rows zeros) against the block's four weight tiles.  More: x in pairs of 16-row tiles
    against two weight tiles at a time, so each weight tile loaded from memory serves 32 rows.  The blocks are split across threads;
-   each row's sums run in the same order whatever the number of rows or threads. */
+   each row's sums run in the same order whatever the number of rows (past DOT_ROWS) or threads.  Up to DOT_ROWS: dot_linear. */
 TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N, int64_t K, int nthreads) {
     if (K % 32) return 2;
+    if (M <= DOT_ROWS) { dot_linear(x, p, bias, out, M, N, K, nthreads); return 0; }
     int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, Mp = M <= 16 ? 16 : (M + 31) / 32 * 32;
     uint16_t *xp = (uint16_t *)x;
     if (Mp != M) {
@@ -224,7 +280,12 @@ def _declare_amx(lib):
     lib.amx_packed_size.restype, lib.amx_packed_size.argtypes = I, [I, I]
     lib.amx_pack.restype, lib.amx_pack.argtypes = None, [P, P, I, I]
     lib.amx_linear.restype, lib.amx_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int]
+    lib.amx_dot_rows.restype, lib.amx_dot_rows.argtypes = ctypes.c_int, []
     if lib.amx_enable() != 0: raise OSError("Linux did not grant this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
+
+def amx_dot_rows() -> int:
+    "The most rows a product takes the AMX kernel's dot products for (the tiles take more); 0 without the kernel."
+    return 0 if (lib := amx_kernel()) is None else lib.amx_dot_rows()
 
 def amx_kernel():
     "The AMX product kernel, built on first use (Day 00's `c_library`); None on a CPU without AMX, or where it cannot be built or enabled."
