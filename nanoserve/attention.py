@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from .model import AttentionBackend, sdpa_reference
 from .kvcache import KVCache
 from .core import c_library, c_library_error, named_in_profile
+from .prefill_kernel import kernel_prefill_attention
 
 # %% auto #0
 __all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'DECODE_KERNEL_HEAD_SIZES', 'INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk',
@@ -85,8 +86,9 @@ def decode_slots(cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
 
 class PagedAttention(AttentionBackend):
     "Attention over a `KVCache` for one step described by `AttentionMetadata`."
-    def __init__(self, cache: KVCache, meta: AttentionMetadata, kernel: bool = True):
+    def __init__(self, cache: KVCache, meta: AttentionMetadata, kernel: bool = True, prefill_kernel: bool = True):
         self.cache, self.meta, self.kernel = cache, meta, kernel    # kernel: decodes through `kernel_attention` where it applies
+        self.prefill_kernel = prefill_kernel                        # prefill chunks through Day 11's AMX kernel where it applies
         self._window = None      # the decodes' (slots, mask), found by the first layer and read by every other one
 
     def decode_window(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,6 +116,7 @@ class PagedAttention(AttentionBackend):
         if nd: out[:nd] = self.decodes(q[:nd], kc, vc)
         for c in m.chunks[nd:]:
             a, b = c.start, c.start + c.num_tokens
+            if self.prefill_kernel and kernel_prefill_attention(q[a:b], kc, vc, self.cache.slots[c.row, :c.context_len], out[a:b]) is not None: continue
             if c.context_len == c.num_tokens and k.dtype == kc.dtype: K, V = k[a:b], v[a:b]     # the chunk is its whole sequence: K/V as computed
             else: idx = self.cache.slots[c.row, :c.context_len].to(torch.int64); K, V = kc[idx], vc[idx]   # its sequence read back from the pool
             out[a:b] = chunk_attention(q[a:b], K, V)

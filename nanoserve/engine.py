@@ -75,6 +75,8 @@ class EngineConfig:
                                 "compiler on first use; SDPA where it cannot be); --no-decode-kernel: gather the window, then SDPA")
     decode_call: bool = _flag(True, "a step of decodes (up to 32 rows) as one C call through the kernels above (Day 13), where every one of them "
                               "applies (bfloat16 with AMX, float32 with AVX-512 or AVX2); the same bits as the layers' forward; --no-decode-call: the layers, called from Python")
+    prefill_kernel: bool = _flag(True, "prefill chunks' attention through Day 11's AMX kernel (bfloat16, a CPU with AMX), reading the KV pool in place; "
+                                 "--no-prefill-kernel: SDPA")
     prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed (Day 9); --no-prefix-cache computes every prompt whole")
     quantization: str = _flag('none', "none, int8 (one scale per output channel) or int4 (a scale and zero per --quant-group-size inputs): the decoder "
                               "layers' weights quantized at load (Day 60; CPU); activations in bfloat16")
@@ -270,7 +272,7 @@ class Engine:
         "An engine over a loaded model and an allocated cache; the scheduler and the runner are made here."
         return cls(model, tokenizer, cache, Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids,
                                                      max_mixed_batched_tokens=config.max_mixed_batched_tokens),
-                   make_runner(model, cache, stop_ids, config.batch_invariant, config.decode_kernel, config.decode_call), config, stop_ids, decode_path, batch)
+                   make_runner(model, cache, stop_ids, config.batch_invariant, config.decode_kernel, config.decode_call, config.prefill_kernel), config, stop_ids, decode_path, batch)
 
     @classmethod
     def build(cls, model: str | Path | CausalLM, tokenizer: Tokenizer | None = None, config: EngineConfig | None = None,

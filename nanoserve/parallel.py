@@ -338,12 +338,12 @@ def _unpack_step(head: torch.Tensor, payload: torch.Tensor):
 class ShardedRunner(ModelRunner):
     "Rank 0's runner: each step's inputs go to the other ranks by broadcast, then every rank runs the same forward over its shard."
     def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False,
-                 decode_kernel: bool = True, decode_call: bool = True):
-        super().__init__(model, cache, stop_ids, batch_invariant, decode_kernel, decode_call)
+                 decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True):
+        super().__init__(model, cache, stop_ids, batch_invariant, decode_kernel, decode_call, prefill_kernel)
         self.tp = model.tensor_parallel
         self.tp.send_json({'plan': {f.name: getattr(cache.plan, f.name) for f in fields(KVPoolPlan)}, 'max_batch_size': cache.slots.shape[0],
                            'max_model_len': cache.max_model_len, 'batch_invariant': batch_invariant, 'decode_kernel': decode_kernel,
-                           'decode_call': decode_call})
+                           'decode_call': decode_call, 'prefill_kernel': prefill_kernel})
 
     @property
     def fault(self) -> BaseException | None: return self.tp.fault
@@ -366,10 +366,10 @@ class ShardedRunner(ModelRunner):
 
 # %% ../nbs/19_parallel.ipynb #55a66754
 def make_runner(model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False,
-                decode_kernel: bool = True, decode_call: bool = True) -> ModelRunner:
+                decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True) -> ModelRunner:
     "The runner a model needs: `ShardedRunner` for rank 0 of a tensor-parallel model, else Day 18's."
     cls = ShardedRunner if getattr(model, 'tensor_parallel', None) is not None else ModelRunner
-    return cls(model, cache, stop_ids, batch_invariant, decode_kernel, decode_call)
+    return cls(model, cache, stop_ids, batch_invariant, decode_kernel, decode_call, prefill_kernel)
 
 def tensor_parallel_info(model: CausalLM) -> dict:
     "What /health says, at boot, about the split: the size, the backend, who started the ranks, rank 0's weight bytes and the workers' pids."
@@ -388,7 +388,7 @@ def serve_rank(tp: TensorParallel) -> int:
     spec = tp.recv_json()
     cache = KVCache(model.config, KVPoolPlan(**spec['plan']), spec['max_batch_size'], spec['max_model_len'])
     runner = ModelRunner(model, cache, batch_invariant=spec['batch_invariant'], decode_kernel=spec['decode_kernel'],
-                         decode_call=spec['decode_call'])
+                         decode_call=spec['decode_call'], prefill_kernel=spec['prefill_kernel'])
     steps = 0
     with torch.inference_mode():
         while True:

@@ -22,9 +22,10 @@ def _pad_to(n: int, multiple: int) -> int: return max(multiple, -(-n // multiple
 class ModelRunner:
     "Runs the model for one scheduled step and samples."
     def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False,
-                 decode_kernel: bool = True, decode_call: bool = True):
+                 decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True):
         self.model, self.cache, self.stop_ids, self.batch_invariant = model, cache, set(stop_ids), batch_invariant
         self.decode_kernel = decode_kernel      # decodes' attention through Day 12's C kernel where it applies
+        self.prefill_kernel = prefill_kernel    # prefill chunks' attention through Day 11's AMX kernel where it applies
         # Day 13: pure-decode steps as one C call where the model and cache allow it; why not, where they do not
         self.decode_call_off = ('turned off (decode_call=False)' if not decode_call else 'batch-invariant mode' if batch_invariant else
                                 "Day 12's decode kernel is off" if not decode_kernel else decode_call_refusal(model, cache))
@@ -73,7 +74,7 @@ class ModelRunner:
         "The forward of a prepared step, and float32 logits [len(sample_idx), vocab] of its sampled rows (None when no row samples)."
         if self.decode_call is not None and len(sample_idx) == meta.num_decodes == len(meta.chunks):
             if (logits := self.decode_call(input_ids, meta)) is not None: return logits          # every row a decode that samples
-        attn = InvariantPagedAttention(self.cache, meta) if self.batch_invariant else PagedAttention(self.cache, meta, self.decode_kernel)
+        attn = InvariantPagedAttention(self.cache, meta) if self.batch_invariant else PagedAttention(self.cache, meta, self.decode_kernel, self.prefill_kernel)
         hidden = self.model(input_ids, positions, attn)
         if not sample_idx: return None
         rows = hidden[sample_idx]

@@ -10,6 +10,7 @@ from nanoserve.model import load_model, DenseKV
 from nanoserve.fast import speed_up, FastLinear, FusedAttention, amx_kernel
 from nanoserve.elementwise import FastRMSNorm, elementwise_kernel
 from nanoserve.sampling import SamplingParams
+from nanoserve.core import cpu_flags
 
 NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
 PROMPTS = ['The capital of France is', 'def fibonacci(n):', 'Once upon a time, in a small village,', 'The three primary colors are']
@@ -31,16 +32,16 @@ def assert_same_greedy(ref, other, params, n):
 
 TIE = 0.25    # nats: the LM head's logits are bfloat16, 0.125-0.25 apart at these magnitudes, so two tokens this close are a tie its last bits decide
 
-def assert_same_greedy_until_a_tie(ref, other, max_tokens=24, at_least=10):
+def assert_same_greedy_until_a_tie(ref, other, max_tokens=24, at_least=10, prompts=PROMPTS):
     """bfloat16: `other`'s greedy tokens equal `ref`'s, each prompt up to the first step where `ref`'s two best tokens are within TIE
-    (as a batch of four and each prompt alone), and at least `at_least` tokens compared in all."""
-    want = ref.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=max_tokens, logprobs=2), use_tqdm=False)
+    (as a batch and each prompt alone), and at least `at_least` tokens compared in all."""
+    want = ref.generate(prompts, SamplingParams(temperature=0, max_tokens=max_tokens, logprobs=2), use_tqdm=False)
     margin = lambda lp: (lambda v: v[0] - v[1])(sorted(lp.values(), reverse=True))
     upto = [next((i for i, lp in enumerate(o.logprobs) if margin(lp) <= TIE), len(o.token_ids)) for o in want]
     assert sum(upto) >= at_least, upto
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
-    got = other.generate(PROMPTS, params, use_tqdm=False)
-    alone = [other.generate([p], params, use_tqdm=False)[0] for p in PROMPTS]
+    got = other.generate(prompts, params, use_tqdm=False)
+    alone = [other.generate([p], params, use_tqdm=False)[0] for p in prompts]
     for w, g, a, n in zip(want, got, alone, upto): assert g.token_ids[:n] == w.token_ids[:n] == a.token_ids[:n], (n, w.token_ids, g.token_ids, a.token_ids)
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
@@ -108,9 +109,32 @@ def test_decode_kernel_greedy_text_equals_sdpa(default_model, dtype):
     if dtype == 'float32': assert_same_greedy(ref, ker, params, 24)
     else: assert_same_greedy_until_a_tie(ref, ker)
 
-@pytest.mark.parametrize('flag,dtype', [('--no-decode-kernel', 'float32'), ('--no-decode-call', 'bfloat16')])
+LONG = ' '.join(['The history of the river valley begins with the first farmers, who'] * 8)     # about 100 tokens
+
+def test_prefill_kernel_greedy_text_equals_sdpa(default_model):
+    """Day 11's AMX prefill attention against SDPA (`--no-prefill-kernel`), its reference, in bfloat16 on the default model: the kernel
+    runs in the prefill (the profiler names it), greedy tokens equal up to the ties (a batch of four and each prompt alone, and a
+    100-token prompt prefilled whole and in 16-token chunks), and the first step's top logprobs within TIE of SDPA's."""
+    from torch.profiler import profile, ProfilerActivity
+    from nanoserve.prefill_kernel import prefill_kernel, prefill_kernel_error
+    if not {'amx_tile', 'amx_bf16'} <= cpu_flags(): pytest.skip('the kernel is for CPUs with AMX')
+    assert prefill_kernel() is not None, prefill_kernel_error()
+    ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', prefill_kernel=False))
+    ker = Engine.build(default_model, config=EngineConfig(dtype='bfloat16'))
+    assert not ref.runner.prefill_kernel and ker.runner.prefill_kernel
+    with profile(activities=[ProfilerActivity.CPU]) as prof: ker.generate([LONG], SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
+    assert any(e.key == 'nanoserve::prefill_attention' for e in prof.key_averages())
+    assert_same_greedy_until_a_tie(ref, ker)
+    chunked = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', max_num_batched_tokens=16, max_mixed_batched_tokens=16))
+    assert_same_greedy_until_a_tie(ref, chunked, prompts=[LONG, PROMPTS[0] + LONG])
+    params = SamplingParams(temperature=0, max_tokens=1, logprobs=5)
+    for a, b in zip(ref.generate(PROMPTS + [LONG], params, use_tqdm=False), ker.generate(PROMPTS + [LONG], params, use_tqdm=False)):
+        want, got = a.logprobs[0], b.logprobs[0]
+        assert max(abs(got[t] - want[t]) for t in set(want) & set(got)) < TIE, (want, got)
+
+@pytest.mark.parametrize('flag,dtype', [('--no-decode-kernel', 'float32'), ('--no-decode-call', 'bfloat16'), ('--no-prefill-kernel', 'bfloat16')])
 def test_flag_reaches_generate(tiny, flag, dtype):
-    "`--no-decode-kernel` and `--no-decode-call` are flags of generate, and the tokens are the same either way."
+    "`--no-decode-kernel`, `--no-decode-call` and `--no-prefill-kernel` are flags of generate, and the tokens are the same either way."
     path = str(tiny('llama_tied_gqa'))
     run = lambda *f: json.loads(subprocess.run([NANOSERVE, 'generate', '--model', path, '--json', '--dtype', dtype, '--max-tokens', '12', *f, 'hello'],
                                                capture_output=True, text=True, check=True).stdout)
