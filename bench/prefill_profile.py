@@ -1,11 +1,14 @@
 #!/usr/bin/env python
 """Where a prefill step's time goes: the default model's engine, four 144-token random prompts added at once (576 tokens, so
 the first step takes the whole 512-token budget), that first step timed over 5 rounds and then profiled (torch.profiler, self
-CPU time by operator). Writes OUT/prefill_profile_DTYPE.txt with the machine line. Not part of CI.
+CPU time by operator). With --plan, the prompts of a side-by-side plan instead (its crowd: the first step is 512 tokens of seven
+prompts); with --no-prefill-kernel, prefill attention through SDPA instead of Day 11's kernel. Writes
+OUT/prefill_profile_DTYPE[_crowd][_sdpa].txt with the machine line. Not part of CI.
 
     python bench/prefill_profile.py --dtype float32
+    OMP_NUM_THREADS=1 taskset -c 1 python bench/prefill_profile.py --dtype bfloat16 --plan bench/results/peers/plan.json
 """
-import argparse, time
+import argparse, json, time
 from pathlib import Path
 import torch
 from torch.profiler import profile, ProfilerActivity
@@ -19,11 +22,16 @@ from nanoserve.offline_bench import machine
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--dtype', default='float32'); p.add_argument('--out', default='bench/results/eighth_pass')
+    p.add_argument('--plan', default=None, help="a side-by-side plan.json: its prompts, not four random ones")
+    p.add_argument('--no-prefill-kernel', action='store_true', help="prefill attention through SDPA")
     a = p.parse_args(argv)
-    eng = build_engine(resolve_model(None), EngineConfig(dtype=a.dtype, max_batch_size=32, prefix_cache=False), batch=PersistentBatch)
+    eng = build_engine(resolve_model(None), EngineConfig(dtype=a.dtype, max_batch_size=32, prefix_cache=False, prefill_kernel=not a.no_prefill_kernel),
+                       batch=PersistentBatch)
     g = torch.Generator().manual_seed(0)
+    plan = json.load(open(a.plan))['requests'] if a.plan else None
     def first_step(prof=None):
-        for _ in range(4): eng.add_request(torch.randint(100, 40000, (144,), generator=g).tolist(), SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+        prompts = [r['prompt'] for r in plan] if plan else [torch.randint(100, 40000, (144,), generator=g).tolist() for _ in range(4)]
+        for prompt in prompts: eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
         t = time.perf_counter()
         if prof is None: eng.step()
         else:
@@ -34,10 +42,13 @@ def main(argv=None):
     for _ in range(2): first_step()
     ms = [round(1e3 * first_step()) for _ in range(5)]
     prof = profile(activities=[ProfilerActivity.CPU]); first_step(prof)
-    text = (f"machine: {machine()}; {a.dtype}; the first step of four 144-token prompts (512 tokens), ms over 5 rounds: {ms}\n"
-            + prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=14) + f"\nCommand: python bench/prefill_profile.py --dtype {a.dtype}\n")
+    what = f"the first step of {a.plan}'s {len(plan)} prompts (512 tokens)" if plan else "the first step of four 144-token prompts (512 tokens)"
+    what += ", attention through SDPA" if a.no_prefill_kernel else ""
+    flags = (f" --plan {a.plan}" if plan else "") + (" --no-prefill-kernel" if a.no_prefill_kernel else "")
+    text = (f"machine: {machine()}; {a.dtype}; {what}, ms over 5 rounds: {ms}\n"
+            + prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=14) + f"\nCommand: python bench/prefill_profile.py --dtype {a.dtype}{flags}\n")
     print(text)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
-    (out/f'prefill_profile_{a.dtype}.txt').write_text(text)
+    (out/f"prefill_profile_{a.dtype}{'_crowd' if plan else ''}{'_sdpa' if a.no_prefill_kernel else ''}.txt").write_text(text)
 
 if __name__ == '__main__': main()
