@@ -56,9 +56,11 @@ TGT int prefill_attention_bf16(const uint16_t *q, int64_t ldq, const uint16_t *k
     if (D % 32 || H % KVH || n > L || n < 1) return 2;
     int64_t G = H / KVH, L16 = (L + 15) / 16 * 16, L32 = (L + 31) / 32 * 32, nq = (n + 15) / 16, KD = KVH * D;
     /* kt[h][key tile][d tile]: 16 rows (d-pairs) x 16 keys x 2; vt[h][key-pair tile][d tile]: 16 rows (key pairs) x 16 d x 2 */
+    if (nthreads < 1) nthreads = 1;
+    int64_t per = 16 * L16 * 4 + 16 * 64 * 4 + 16 * L32 * 2 + 16 * D * 2;   /* each thread's scratch: scores, a tile of output, weights, queries */
     uint32_t *kt = aligned_alloc(64, (size_t)KVH * L16 * D * 2), *vt = aligned_alloc(64, (size_t)KVH * L32 * D * 2);
-    if (!kt || !vt) { free(kt); free(vt); return 1; }
-    int failed = 0;
+    char *scratch = aligned_alloc(64, (size_t)per * nthreads);            /* allocated before the threads, so every thread reaches each loop */
+    if (!kt || !vt || !scratch) { free(kt); free(vt); free(scratch); return 1; }
     #pragma omp parallel num_threads(nthreads)
     {
         #pragma omp for schedule(static) collapse(2)
@@ -81,11 +83,9 @@ TGT int prefill_attention_bf16(const uint16_t *q, int64_t ldq, const uint16_t *k
         tilecfg cfg = {0}; cfg.palette = 1;
         for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
         _tile_loadconfig(&cfg);
-        float *s = aligned_alloc(64, 16 * L16 * 4 + 16 * 64 * 4);
-        uint16_t *p = aligned_alloc(64, 16 * L32 * 2), *qp = aligned_alloc(64, 16 * D * 2);
-        if (!s || !p || !qp) { _Pragma("omp atomic write") failed = 1; }
-        else {
-            float *o = s + 16 * L16;
+        float *s = (float *)(scratch + per * omp_get_thread_num()), *o = s + 16 * L16;
+        uint16_t *p = (uint16_t *)(o + 16 * 64), *qp = p + 16 * L32;
+        {
             #pragma omp for schedule(dynamic, 1) collapse(2)
             for (int64_t hq = 0; hq < H; hq++) for (int64_t b = 0; b < nq; b++) {
                 int64_t h = hq / G, i0 = b * 16, rows = min64(16, n - i0), kend = L - n + i0 + rows;   /* keys the block sees */
@@ -145,11 +145,10 @@ TGT int prefill_attention_bf16(const uint16_t *q, int64_t ldq, const uint16_t *k
                 }
             }
         }
-        free(s); free(p); free(qp);
         _tile_release();
     }
-    free(kt); free(vt);
-    return failed;
+    free(kt); free(vt); free(scratch);
+    return 0;
 }
 """
 PREFILL_KERNEL_FLAGS = ('-O3', '-fopenmp', '-fPIC', '-shared', '-std=c11')     # AMX and AVX-512 by target attributes, whatever -march
@@ -175,17 +174,20 @@ def prefill_kernel_error() -> str | None:
 def kernel_prefill_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor,
                              out: torch.Tensor | None = None) -> torch.Tensor | None:
     """Causal attention of a chunk's n queries (q [n, heads, D], the last n of its sequence) over its L keys, read from the pools
-    (kc, vc [pool slots, kv_heads, D]) through `slots` ([L], the sequence's slots in order), on AMX; written into `out` ([n, heads, D])
+    (kc, vc [pool slots, kv_heads, D], the same shape) through `slots` ([L], the sequence's slots in order, each in the pool), on AMX; written into `out` ([n, heads, D])
     when given. None where the kernel does not apply (see above), having written nothing."""
     n, H, D = q.shape
-    ok = (q.dtype == kc.dtype == vc.dtype == torch.bfloat16 and q.device.type == 'cpu' and n >= 2 and D % 32 == 0 and H % kc.shape[1] == 0
-          and q.stride(2) == 1 and q.stride(1) == D and kc.is_contiguous() and vc.is_contiguous() and kc.shape[2] == D and slots.numel() >= n
-          and (out is None or (out.shape == q.shape and out.dtype == q.dtype and out.stride(2) == 1 and out.stride(1) == D)))
+    cpu = all(t.device.type == 'cpu' for t in (q, kc, vc, slots) + (() if out is None else (out,)))
+    ok = (cpu and q.dtype == kc.dtype == vc.dtype == torch.bfloat16 and n >= 2 and D % 32 == 0 and kc.dim() == 3 and vc.shape == kc.shape
+          and kc.shape[2] == D and H % kc.shape[1] == 0 and q.stride(2) == 1 and q.stride(1) == D and kc.is_contiguous() and vc.is_contiguous()
+          and slots.dim() == 1 and slots.numel() >= n
+          and (out is None or (out.shape == q.shape and out.dtype == q.dtype and out.stride(2) == 1 and out.stride(1) == D and out.stride(0) >= H * D)))
     if not ok or (lib := prefill_kernel()) is None: return None
     slots = slots.to(torch.int64).contiguous()
     if out is None: out = torch.empty(q.shape, dtype=q.dtype)
     with named_in_profile('nanoserve::prefill_attention'):
         failed = lib.prefill_attention_bf16(q.data_ptr(), q.stride(0), kc.data_ptr(), vc.data_ptr(), slots.data_ptr(), slots.numel(), n,
                                             out.data_ptr(), out.stride(0), H, kc.shape[1], D, 1 / math.sqrt(D), torch.get_num_threads())
-    if failed: raise MemoryError("the prefill-attention kernel could not allocate its copies of K and V")
+    if failed == 2: return None                           # a shape the kernel refuses (the checks above should have)
+    if failed: raise MemoryError("the prefill-attention kernel could not allocate its copies of K and V and its scratch")
     return out
