@@ -90,6 +90,7 @@ class PagedAttention(AttentionBackend):
         self.cache, self.meta, self.kernel = cache, meta, kernel    # kernel: decodes through `kernel_attention` where it applies
         self.prefill_kernel = prefill_kernel                        # prefill chunks through Day 11's AMX kernel where it applies
         self._window = None      # the decodes' (slots, mask), found by the first layer and read by every other one
+        self._chunk_slots = None # each prefill chunk's sequence slots (int64), likewise
 
     def decode_window(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """The decodes' window, the same for every layer of the step: slots [nd * width] (width the longest context) and the mask
@@ -114,11 +115,12 @@ class PagedAttention(AttentionBackend):
         if nd and nd == len(m.chunks) and nd == q.shape[0]: return self.decodes(q, kc, vc)      # decodes only
         out = torch.zeros_like(q)
         if nd: out[:nd] = self.decodes(q[:nd], kc, vc)
-        for c in m.chunks[nd:]:
+        if self._chunk_slots is None: self._chunk_slots = [self.cache.slots[c.row, :c.context_len].to(torch.int64) for c in m.chunks[nd:]]
+        for c, idx in zip(m.chunks[nd:], self._chunk_slots):
             a, b = c.start, c.start + c.num_tokens
-            if self.prefill_kernel and kernel_prefill_attention(q[a:b], kc, vc, self.cache.slots[c.row, :c.context_len], out[a:b]) is not None: continue
+            if self.prefill_kernel and kernel_prefill_attention(q[a:b], kc, vc, idx, out[a:b]) is not None: continue
             if c.context_len == c.num_tokens and k.dtype == kc.dtype: K, V = k[a:b], v[a:b]     # the chunk is its whole sequence: K/V as computed
-            else: idx = self.cache.slots[c.row, :c.context_len].to(torch.int64); K, V = kc[idx], vc[idx]   # its sequence read back from the pool
+            else: K, V = kc[idx], vc[idx]                                                          # its sequence read back from the pool
             out[a:b] = chunk_attention(q[a:b], K, V)
         return out
 
