@@ -39,6 +39,7 @@ class EngineStats:
     kv_total_blocks: int
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (Day 9)
     prefix_cache_hits: int = 0     # of those, found
+    num_paused_steps: int = 0      # steps given the whole budget by Day 16's waiting_served_ratio
     def as_dict(self) -> dict: return asdict(self)
 
 # %% ../nbs/30_async.ipynb #bdf0e7ba
@@ -211,7 +212,7 @@ def stats(self: AsyncEngine) -> EngineStats:
     s = self.engine.snapshot()
     return EngineStats(self.running, s.num_running, s.num_waiting, c['num_requests'], c['num_finished'], c['num_aborted'], c['prompt_tokens'],
                        c['generation_tokens'], s.num_preemptions, s.num_steps, s.kv_usage, s.kv_free_blocks, s.kv_total_blocks,
-                       s.prefix_cache_queries, s.prefix_cache_hits)
+                       s.prefix_cache_queries, s.prefix_cache_hits, s.num_paused_steps)
 
 @patch
 def capture_stats(self: AsyncEngine):

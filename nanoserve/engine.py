@@ -45,6 +45,9 @@ class EngineConfig:
     max_num_batched_tokens: int = _flag(512, 'token budget per step')
     max_mixed_batched_tokens: int = _flag(256, 'token budget of a step that requests already decoding share (Day 16): it bounds the gap '
                                           'between their tokens; at most max_num_batched_tokens')
+    waiting_served_ratio: float | None = _flag(None, 'give a step the whole token budget when the requests waiting for a row are at least this '
+                                               'many times those decoding (Day 16; TGI\'s rule, 1.2 there): a burst is prefilled in one step, '
+                                               'not beside the decodes in many; default: never')
     max_model_len: int | None = _flag(None, "context length (default: the model's, at most 2048)")
     block_size: int = _flag(16, 'tokens per KV block')
     num_kv_blocks: int | None = _flag(None, 'KV pool size in blocks (default: from memory)')
@@ -98,6 +101,8 @@ class EngineConfig:
         for name in ('num_kv_blocks', 'warm_rows', 'warm_width'):
             if getattr(self, name) is not None and (not isinstance(getattr(self, name), int) or getattr(self, name) < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, got {getattr(self, name)!r}")
+        if self.waiting_served_ratio is not None and not (isinstance(self.waiting_served_ratio, (int, float)) and 0 < self.waiting_served_ratio < float('inf')):
+            raise ConfigError(f"waiting_served_ratio (--waiting-served-ratio) must be a positive number, got {self.waiting_served_ratio!r}")
         if self.kv_cache_gb is not None and not self.kv_cache_gb > 0: raise ConfigError(f"kv_cache_gb (--kv-cache-gb) must be positive, got {self.kv_cache_gb}")
         flags = {f: getattr(self, f) for f in ('bucket_decode', 'persist_inputs', 'capture_decode')}
         if sum(flags.values()) == 2 or (self.capture_decode and not all(flags.values())):
@@ -271,7 +276,8 @@ class Engine:
                  batch=None) -> Engine:
         "An engine over a loaded model and an allocated cache; the scheduler and the runner are made here."
         return cls(model, tokenizer, cache, Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids,
-                                                     max_mixed_batched_tokens=config.max_mixed_batched_tokens),
+                                                     max_mixed_batched_tokens=config.max_mixed_batched_tokens,
+                                                     waiting_served_ratio=config.waiting_served_ratio),
                    make_runner(model, cache, stop_ids, config.batch_invariant, config.decode_kernel, config.decode_call, config.prefill_kernel), config, stop_ids, decode_path, batch)
 
     @classmethod
@@ -382,6 +388,7 @@ class EngineSnapshot:
     prefix_cache_queries: int = 0      # prompt tokens looked up in the prefix cache at admission (Day 9)
     prefix_cache_hits: int = 0         # of those, found
     num_computed_tokens: int = 0       # tokens run through the model so far
+    num_paused_steps: int = 0          # steps given the whole budget by Day 16's waiting_served_ratio
 
 @patch
 def snapshot(self: Engine) -> EngineSnapshot:
@@ -389,7 +396,8 @@ def snapshot(self: Engine) -> EngineSnapshot:
     s, pool = self.scheduler, self.cache.pool
     px = self.cache.prefix
     return EngineSnapshot(len(s.running), len(s.waiting), s.num_preemptions, self.num_steps, self.cache.usage, pool.num_free, pool.num_blocks,
-                          px.queries if px is not None else 0, px.hits if px is not None else 0, self.num_computed_tokens)
+                          px.queries if px is not None else 0, px.hits if px is not None else 0, self.num_computed_tokens,
+                          s.num_paused_steps)
 
 @patch
 def abort_all(self: Engine) -> int:

@@ -81,17 +81,21 @@ class ModelRunnerOutput:
 class Scheduler:
     "Continuous batching with chunked prefill and preemption by recompute."
     def __init__(self, cache: KVCache, max_batch_size: int, max_num_batched_tokens: int, stop_ids: set[int] = frozenset(),
-                 max_mixed_batched_tokens: int | None = None):
+                 max_mixed_batched_tokens: int | None = None, waiting_served_ratio: float | None = None):
         if max_num_batched_tokens < 1: raise ConfigError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
         if max_mixed_batched_tokens is not None and max_mixed_batched_tokens < 1:
             raise ConfigError(f"max_mixed_batched_tokens must be >= 1 or None (the same as max_num_batched_tokens), got {max_mixed_batched_tokens}")
+        if waiting_served_ratio is not None and not (isinstance(waiting_served_ratio, (int, float)) and 0 < waiting_served_ratio < float('inf')):
+            raise ConfigError(f"waiting_served_ratio must be a positive number, or None to never pause the decodes, got {waiting_served_ratio!r}")
         self.cache, self.max_batch_size, self.max_num_batched_tokens = cache, max_batch_size, max_num_batched_tokens
         self.max_mixed_batched_tokens = min(max_mixed_batched_tokens or max_num_batched_tokens, max_num_batched_tokens)  # a step that decodes wait on
+        self.waiting_served_ratio = waiting_served_ratio   # waiting >= ratio x decoding: one step of the whole budget (see *A crowd*)
         self.stop_ids = set(stop_ids)            # the model's EOS ids
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}   # every unfinished request
         self.num_preemptions = 0
+        self.num_paused_steps = 0                # steps the decodes shared with a whole budget's prefill, by the ratio
 
     def add(self, req: Request):
         "Queue a new request."
@@ -111,8 +115,12 @@ def _preempt(self: Scheduler, req: Request):
 @patch
 def schedule(self: Scheduler) -> SchedulerOutput:
     "Choose this step's requests and token counts (see the notebook)."
-    decoding = any(r.num_computed_tokens >= r.num_tokens - 1 for r in self.running)   # a request that samples whatever this step holds
-    budget, out = self.max_mixed_batched_tokens if decoding else self.max_num_batched_tokens, SchedulerOutput([])
+    decoding = sum(r.num_computed_tokens >= r.num_tokens - 1 for r in self.running)   # requests that sample whatever this step holds
+    room = min(len(self.waiting), self.max_batch_size - len(self.running))               # waiting requests a row is free for
+    paused = (bool(decoding) and self.waiting_served_ratio is not None and self.max_mixed_batched_tokens < self.max_num_batched_tokens
+              and room >= self.waiting_served_ratio * decoding)
+    self.num_paused_steps += paused
+    budget, out = self.max_mixed_batched_tokens if decoding and not paused else self.max_num_batched_tokens, SchedulerOutput([])
     for req in list(self.running):
         if req not in self.running or budget == 0: continue      # preempted earlier in this loop
         n = min(req.num_tokens - req.num_computed_tokens, budget)

@@ -22,10 +22,10 @@ from .async_engine import AsyncEngine, EngineDeadError
 
 # %% auto #0
 __all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'ROUTES', 'error_response', 'CaptureCollector', 'PrefixCacheCollector',
-           'ServerMetrics', 'run_choices', 'Served', 'served_of', 'guard', 'on_http_error', 'on_invalid', 'refused',
-           'unknown_model', 'admit', 'at_capacity', 'get_health', 'get_metrics', 'get_version', 'get_models',
-           'tokenize', 'detokenize', 'Reply', 'calls_of', 'logprobs_of', 'choice', 'usage', 'collect', 'sse_data',
-           'sse', 'completions', 'chat', 'respond', 'openapi_schema', 'request_defaults_info', 'create_app']
+           'SchedulerCollector', 'ServerMetrics', 'run_choices', 'Served', 'served_of', 'guard', 'on_http_error',
+           'on_invalid', 'refused', 'unknown_model', 'admit', 'at_capacity', 'get_health', 'get_metrics', 'get_version',
+           'get_models', 'tokenize', 'detokenize', 'Reply', 'calls_of', 'logprobs_of', 'choice', 'usage', 'collect',
+           'sse_data', 'sse', 'completions', 'chat', 'respond', 'openapi_schema', 'request_defaults_info', 'create_app']
 
 # %% ../nbs/32_server.ipynb #118df800
 def error_response(status: int, message: str, type_: str = 'invalid_request_error', param: str | None = None,
@@ -68,6 +68,14 @@ class PrefixCacheCollector:
             m = CounterMetricFamily(f'vllm:prefix_cache_{name}', f'Prefix cache {name}, in terms of number of {"queried" if name == "queries" else "cached"} tokens.', labels=['model_name'])
             m.add_metric([self.model_name], v); yield m
 
+class SchedulerCollector:
+    "Day 16's counters: preemptions, and steps given the whole token budget by `--waiting-served-ratio`."
+    def __init__(self, aeng: AsyncEngine): self.aeng = aeng
+    def collect(self):
+        s = self.aeng.stats()
+        yield CounterMetricFamily('nanoserve_preemptions', 'Requests preempted (their KV blocks freed, to be recomputed)', value=s.num_preemptions)
+        yield CounterMetricFamily('nanoserve_paused_steps', 'Steps that decodes shared with a whole token budget of prefill (--waiting-served-ratio)', value=s.num_paused_steps)
+
 LATENCY_BUCKETS = (.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
 
 class ServerMetrics:
@@ -86,7 +94,7 @@ class ServerMetrics:
         self.ttft = Histogram('nanoserve_time_to_first_token_seconds', 'Time to first token', buckets=LATENCY_BUCKETS, registry=r)
         self.itl = Histogram('nanoserve_inter_token_latency_seconds', 'Time between tokens', buckets=LATENCY_BUCKETS, registry=r)
         self.e2e = Histogram('nanoserve_e2e_request_latency_seconds', 'End-to-end request latency', buckets=LATENCY_BUCKETS, registry=r)
-        r.register(CaptureCollector(aeng)); r.register(PrefixCacheCollector(aeng, model_name))
+        r.register(CaptureCollector(aeng)); r.register(PrefixCacheCollector(aeng, model_name)); r.register(SchedulerCollector(aeng))
         # vLLM's names (its V1 metrics), so that a Grafana dashboard made for vLLM reads this server unchanged
         m, lab = model_name, ['model_name']
         vg = lambda name, doc, f: Gauge(name, doc, lab, registry=r).labels(m).set_function(f)
