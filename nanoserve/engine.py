@@ -42,12 +42,12 @@ class EngineConfig:
     dtype: str = _flag('auto', 'float32, bfloat16, float16, or auto: bfloat16 where the CPU has avx512_bf16 or amx_bf16, else float32 (Day 00)')
     device: str | None = _flag(None, 'cpu or cuda (default: cuda when available, else cpu)')
     max_batch_size: int = _flag(32, 'cache rows: requests running at once')
-    max_num_batched_tokens: int = _flag(512, 'token budget per step')
+    max_num_batched_tokens: int = _flag(4096, 'token budget per step (TGI\'s prefill budget; Day 16)')
     max_mixed_batched_tokens: int = _flag(256, 'token budget of a step that requests already decoding share (Day 16): it bounds the gap '
                                           'between their tokens; at most max_num_batched_tokens')
-    waiting_served_ratio: float | None = _flag(None, 'give a step the whole token budget when the requests waiting for a row are at least this '
-                                               'many times those decoding (Day 16; TGI\'s rule, 1.2 there): a burst is prefilled in one step, '
-                                               'not beside the decodes in many; default: never')
+    waiting_served_ratio: float | None = _flag(1.2, 'give a step the whole token budget when the requests waiting for a row are at least this '
+                                               'many times those decoding (Day 16; TGI\'s rule and ratio): a burst is prefilled in one step, '
+                                               'not beside the decodes in many; inf: never, every step the decodes share keeps to the mixed budget')
     max_model_len: int | None = _flag(None, "context length (default: the model's, at most 2048)")
     block_size: int = _flag(16, 'tokens per KV block')
     num_kv_blocks: int | None = _flag(None, 'KV pool size in blocks (default: from memory)')
@@ -101,8 +101,8 @@ class EngineConfig:
         for name in ('num_kv_blocks', 'warm_rows', 'warm_width'):
             if getattr(self, name) is not None and (not isinstance(getattr(self, name), int) or getattr(self, name) < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, got {getattr(self, name)!r}")
-        if self.waiting_served_ratio is not None and not (isinstance(self.waiting_served_ratio, (int, float)) and 0 < self.waiting_served_ratio < float('inf')):
-            raise ConfigError(f"waiting_served_ratio (--waiting-served-ratio) must be a positive number, got {self.waiting_served_ratio!r}")
+        if self.waiting_served_ratio is not None and not (isinstance(self.waiting_served_ratio, (int, float)) and self.waiting_served_ratio > 0):
+            raise ConfigError(f"waiting_served_ratio (--waiting-served-ratio) must be a positive number (inf: never pause the decodes), got {self.waiting_served_ratio!r}")
         if self.kv_cache_gb is not None and not self.kv_cache_gb > 0: raise ConfigError(f"kv_cache_gb (--kv-cache-gb) must be positive, got {self.kv_cache_gb}")
         flags = {f: getattr(self, f) for f in ('bucket_decode', 'persist_inputs', 'capture_decode')}
         if sum(flags.values()) == 2 or (self.capture_decode and not all(flags.values())):

@@ -85,11 +85,11 @@ class Scheduler:
         if max_num_batched_tokens < 1: raise ConfigError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
         if max_mixed_batched_tokens is not None and max_mixed_batched_tokens < 1:
             raise ConfigError(f"max_mixed_batched_tokens must be >= 1 or None (the same as max_num_batched_tokens), got {max_mixed_batched_tokens}")
-        if waiting_served_ratio is not None and not (isinstance(waiting_served_ratio, (int, float)) and 0 < waiting_served_ratio < float('inf')):
-            raise ConfigError(f"waiting_served_ratio must be a positive number, or None to never pause the decodes, got {waiting_served_ratio!r}")
+        if waiting_served_ratio is not None and not (isinstance(waiting_served_ratio, (int, float)) and waiting_served_ratio > 0):
+            raise ConfigError(f"waiting_served_ratio must be a positive number (inf, or None, never pauses the decodes), got {waiting_served_ratio!r}")
         self.cache, self.max_batch_size, self.max_num_batched_tokens = cache, max_batch_size, max_num_batched_tokens
         self.max_mixed_batched_tokens = min(max_mixed_batched_tokens or max_num_batched_tokens, max_num_batched_tokens)  # a step that decodes wait on
-        self.waiting_served_ratio = waiting_served_ratio   # waiting >= ratio x decoding: one step of the whole budget (see *A crowd*)
+        self.waiting_served_ratio = None if waiting_served_ratio == float('inf') else waiting_served_ratio   # waiting >= ratio x decoding: the whole budget (*A crowd*)
         self.stop_ids = set(stop_ids)            # the model's EOS ids
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
