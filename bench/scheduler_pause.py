@@ -48,9 +48,10 @@ def main():
     from nanoserve.loadreport import LoadReport
     from nanoserve.pull import resolve_model
     from nanoserve.tokenizer import Tokenizer
-    from nanoserve.offline_bench import machine
+    from nanoserve.offline_bench import machine, write_csv
     os.sched_setaffinity(0, {int(c) for c in a.client_cpus.split(',')})
     path = resolve_model(None, log=lambda m: print(m, file=sys.stderr)); name = Path(path).name; tok = Tokenizer.from_dir(path)
+    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     logs, urls, rows, lines = {}, {}, [], [f"machine: {machine()}; servers on cpu {a.server_cpus} (OMP_NUM_THREADS=1), client on cpu {a.client_cpus}; bfloat16, max batch 32"]
     plan_of = lambda k: make_plan(32, (32, 128), 64, seed=100 + k, tokenizer=tok)
     with ExitStack() as st:
@@ -66,15 +67,14 @@ def main():
                 n0 = len(Path(logs[arm].name).read_text().splitlines())
                 r = LoadReport.of(run_plan(plan_of(0).as_crowd(), urls[arm], name, 'crowd'))
                 steps = [json.loads(l) for l in Path(logs[arm].name).read_text().splitlines()[n0:]]
-                lines += ['', f"{arm} ({ARMS[arm] or 'no flags'}): the crowd in {len(steps)} steps; out tok/s {r.output_throughput:.1f}, "
+                lines += ['', f"{arm} ({ARMS[arm]}): the crowd in {len(steps)} steps; out tok/s {r.output_throughput:.1f}, "
                           f"TPOT p50 {1e3 * r.tpot.p50:.0f} ms, ITL p99 {1e3 * r.itl.p99:.0f} ms, TTFT p50 {1e3 * r.ttft.p50:.0f} ms",
                           '  start ms  prompt tokens  decodes  step ms']
                 lines += [f"  {1e3 * (s[0] - steps[0][0]):8.0f}  {s[1]:13d}  {s[2]:7d}  {s[3]:7.1f}" for s in steps if s[1]]
                 trace += [dict(arm=arm, start_ms=round(1e3 * (s[0] - steps[0][0]), 1), prompt_tokens=s[1], decodes=s[2], step_ms=s[3], machine=machine()) for s in steps]
                 dec = [s[3] for s in steps if not s[1]]
                 lines.append(f"  and {len(dec)} steps of decodes alone, median {statistics.median(dec):.1f} ms")
-            from nanoserve.offline_bench import write_csv
-            out = Path(a.out); out.mkdir(parents=True, exist_ok=True); write_csv(trace, out/'scheduler_pause_trace.csv')
+            write_csv(trace, out/'scheduler_pause_trace.csv')
             stem = 'scheduler_pause_trace'
         else:
             labels, modes = list(ARMS), a.modes.split(',')
@@ -97,11 +97,10 @@ def main():
                 for arm in labels:
                     lines.append(f"  {arm:<24}" + ''.join(f"{statistics.median(get(k, arm, m) for k in range(a.rounds)):>13.1f} ({statistics.median(get(k, arm, m) / get(k, labels[0], m) for k in range(a.rounds)):.2f}x)"
                                                           for m in keys))
-            from nanoserve.offline_bench import write_csv
-            out = Path(a.out); out.mkdir(parents=True, exist_ok=True); write_csv(rows, out/'scheduler_pause.csv')
+            write_csv(rows, out/'scheduler_pause.csv')
             stem = 'scheduler_pause'
-    lines += ['', f"arms: " + '; '.join(f"{k}: {v or 'no flags'}" for k, v in ARMS.items()), f"command: python bench/scheduler_pause.py {' '.join(sys.argv[1:])}".rstrip()]
-    out = Path(a.out); out.mkdir(parents=True, exist_ok=True); (out/f'{stem}.txt').write_text('\n'.join(lines) + '\n')
+    lines += ['', f"arms: " + '; '.join(f"{k}: {v}" for k, v in ARMS.items()), f"command: python bench/scheduler_pause.py {' '.join(sys.argv[1:])}".rstrip()]
+    (out/f'{stem}.txt').write_text('\n'.join(lines) + '\n')
     print('\n'.join(lines))
 
 if __name__ == '__main__':
