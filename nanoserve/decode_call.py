@@ -39,7 +39,7 @@ typedef int (*attend_fn)(const void *q, const void *k, const void *v, const int6
 
 typedef struct {
     int64_t es;                      /* bytes per element: 2 bfloat16, 4 float32 */
-    linear_fn linear;                /* AMX's product, which says 1 when out of memory ... */
+    linear_fn linear;                /* the bfloat16 kernel's product (either build), which says 1 when out of memory ... */
     linear_void_fn linear_void;      /* ... or float32's, which cannot fail: exactly one of the two is set */
     norm_fn norm; rope_fn rope; silu_mul_fn silu_mul; attend_fn attend;
 } kernels;
@@ -144,7 +144,7 @@ def _ptr(t: torch.Tensor | None) -> int | None: return None if t is None else t.
 DECODE_CALL_DTYPES = {torch.bfloat16: 'amx', torch.float32: 'f32'}    # the dtypes the call runs, and the packed copy of each product it reads
 
 def _own(p, dtype) -> bool:
-    "p is Day 06's product with its own kernel's copy for `dtype`: AMX's for bfloat16, the float32 kernel's for float32."
+    "p is Day 06's product with its own kernel's copy for `dtype`: the bfloat16 kernel's (AMX's tiles or AVX512-BF16's dot products) for bfloat16, the float32 kernel's for float32."
     return type(p) is FastLinear and p.weight.dtype == dtype and getattr(p, DECODE_CALL_DTYPES[dtype]) is not None
 
 def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
@@ -154,7 +154,7 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
     if cache.k.dtype != dt: return f"the KV cache is {cache.k.dtype}, not the model's {dt}"
     if not (fast.get('fuse') and fast.get('pack') and fast.get('small_ops')):
         return f"it needs Day 06's fused projections, packed products and small operators (this model has {fast or 'none of them'})"
-    kernel = 'an AMX product' if dt == torch.bfloat16 else "the float32 kernel's product (AVX-512 or AVX2)"
+    kernel = "Day 06's bfloat16 product (AMX, or AVX512-BF16's dot products)" if dt == torch.bfloat16 else "the float32 kernel's product (AVX-512 or AVX2)"
     if type(model.model.embed_tokens) is not nn.Embedding or not _own(model.lm_head, dt): return f'its embedding or LM head is not a plain one with {kernel}'
     if type(model.rotary) is not FastRotary or type(model.model.norm) is not FastRMSNorm: return "its rotary embedding or final norm is not Day 06's kernel"
     for layer in model.model.layers:
@@ -164,7 +164,7 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
         if not all(type(n) is FastRMSNorm and n.eps == model.model.norm.eps for n in (layer.input_layernorm, layer.post_attention_layernorm)):
             return "a layer's norms are not Day 06's kernel with the model's epsilon"
     if cfg.head_dim not in DECODE_KERNEL_HEAD_SIZES or cfg.hidden_size % 16: return f"Day 12's attention kernel has no version for head size {cfg.head_dim}"
-    product = ('AMX product', amx_kernel()) if dt == torch.bfloat16 else ('float32 product', f32_kernel())
+    product = ('bfloat16 product (AMX or AVX512-BF16)', amx_kernel()) if dt == torch.bfloat16 else ('float32 product', f32_kernel())
     for name, lib in (product, ('small operators', elementwise_kernel()), ('decode attention', decode_kernel()), ('decode call', decode_call_kernel())):
         if lib is None: return f"the {name} kernel could not be built here"
     return None

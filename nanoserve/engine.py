@@ -69,7 +69,7 @@ class EngineConfig:
     gemv: bool = _flag(True, "one-row products on the CPU through Day 06's compiled GEMV")
     pack_weights: bool = _flag(True, "linear weights reordered once for oneDNN (Day 06; CPU, float32 and bfloat16; a second copy of the weights)")
     amx_linear: bool = _flag(True, "products of up to 32 rows (decodes) through Day 06's own kernels where pack_weights is on (a third copy of the "
-                             "weights): bfloat16 on AMX where the CPU has it, float32 on AVX-512F or AVX2 (with FMA); --no-amx-linear: oneDNN's "
+                             "weights): bfloat16 on AMX, or AVX512-BF16's dot products where the CPU has no AMX, float32 on AVX-512F or AVX2 (with FMA); --no-amx-linear: oneDNN's "
                              "packed product at every row count")
     small_ops: bool = _flag(True, "RMSNorm, the rotary embedding and SiLU-times-up as one C pass each (Day 06; bfloat16 and float32 on the CPU; in "
                             "bfloat16 the same bits as the PyTorch operators but for RMSNorm's rare last-bit rounding, in float32 within a few ulps); "
@@ -77,7 +77,7 @@ class EngineConfig:
     decode_kernel: bool = _flag(True, "decode attention on the CPU through Day 12's C kernel, reading the KV pool in place (built with the system's C "
                                 "compiler on first use; SDPA where it cannot be); --no-decode-kernel: gather the window, then SDPA")
     decode_call: bool = _flag(True, "a step of decodes (up to 32 rows) as one C call through the kernels above (Day 13), where every one of them "
-                              "applies (bfloat16 with AMX, float32 with AVX-512 or AVX2); the same bits as the layers' forward; --no-decode-call: the layers, called from Python")
+                              "applies (bfloat16 with AMX or AVX512-BF16, float32 with AVX-512 or AVX2); the same bits as the layers' forward; --no-decode-call: the layers, called from Python")
     prefill_kernel: bool = _flag(True, "prefill chunks' attention through Day 11's AMX kernel (bfloat16, a CPU with AMX), reading the KV pool in place; "
                                  "--no-prefill-kernel: SDPA")
     prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed (Day 9); --no-prefix-cache computes every prompt whole")

@@ -156,10 +156,14 @@ def write_csv(rows: list[dict], path: str | Path):
         wr = csv.DictWriter(f, fieldnames=keys); wr.writeheader(); wr.writerows(rows)
 
 def cpu_model() -> str:
-    "The CPU's model name and the vector extensions that decide which kernels run (from /proc/cpuinfo, where there is one)."
+    """The CPU's model name and the vector extensions that decide which kernels run (from /proc/cpuinfo, where there is one); with its
+    family and model numbers where a VM names only the vendor's line ('AMD EPYC': family 25 is Zen 3 or 4, 26 is Zen 5)."""
     name, flags = platform.processor() or platform.machine(), cpu_flags()
-    try: name = next(l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name'))
-    except (OSError, StopIteration): pass
+    try:
+        info = {k.strip(): v.strip() for k, _, v in (l.partition(':') for l in open('/proc/cpuinfo').read().split('\n\n')[0].splitlines())}
+        name = info['model name']
+        if len(name.split()) <= 3 and 'cpu family' in info: name += f" family {info['cpu family']} model {info.get('model', '?')}"
+    except (OSError, KeyError): pass
     ext = [f for f in ('avx2', 'avx512f', 'avx512_vnni', 'avx512_bf16', 'amx_tile', 'amx_bf16') if f in flags]
     return f"{name} ({' '.join(ext) or 'no AVX2'})"
 

@@ -141,13 +141,6 @@ def test_flag_reaches_generate(tiny, flag, dtype):
     a, b = run(), run(flag)
     assert a['token_ids'] == b['token_ids'] if 'token_ids' in a else a == b
 
-def assert_same_bfloat16_model(ref, other, tol):
-    "Two bfloat16 engines' models: logits through Day 05's DenseKV within `tol` of the largest, the same argmax, and the same greedy text up to the ties."
-    ids = [1, 504, 3575, 282, 4649, 314]
-    a, b = logits_of(ref.model, ids, 6), logits_of(other.model, ids, 6)
-    assert ((a - b).abs().max() / a.abs().max()).item() < tol and (a.argmax(-1) == b.argmax(-1)).all()
-    assert_same_greedy_until_a_tie(ref, other)
-
 def forced_logits(model, ids, follow):
     "Prefill `ids` through DenseKV, then one-row decodes of the tokens `follow` (the same inputs whatever the model picks): float32 logits [len(follow) + 1, vocab]."
     kv, out, x, pos = DenseKV(model.config.num_hidden_layers), [], torch.tensor(ids), torch.arange(len(ids))
@@ -179,8 +172,8 @@ def assert_same_float32_model(ref, other, tol=1e-5):
     assert_same_greedy(ref, other, SamplingParams(temperature=0, max_tokens=24), 24)
 
 def test_amx_products_greedy_text_equals_onednn(default_model):
-    "Day 06's AMX kernel (decodes, up to 32 rows) against oneDNN's packed product (`--no-amx-linear`), bfloat16, the default model."
-    if amx_kernel() is None: pytest.skip('this CPU has no AMX (amx_tile, amx_bf16): the kernel is not used here, and oneDNN is the engine\'s product')
+    "Day 06's bfloat16 kernel (decodes, up to 32 rows; AMX's tiles, or AVX512-BF16's dot products) against oneDNN's packed product (`--no-amx-linear`), bfloat16, the default model."
+    if amx_kernel() is None: pytest.skip("this CPU has neither AMX nor AVX512-BF16: the kernel is not used here, and oneDNN is the engine's product")
     ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', amx_linear=False))
     amx = Engine.build(default_model, config=EngineConfig(dtype='bfloat16'))
     assert not ref.model.fast['amx'] and ref.model.lm_head.amx is None and amx.model.fast['amx'] and amx.model.lm_head.amx is not None
@@ -207,9 +200,13 @@ def test_small_ops_greedy_text_equals_pytorch_operators(default_model, dtype):
     ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, small_ops=False))
     fast = Engine.build(default_model, config=EngineConfig(dtype=dtype))
     assert isinstance(fast.model.model.norm, FastRMSNorm) and not isinstance(ref.model.model.norm, FastRMSNorm)
-    # bfloat16: the same roundings as PyTorch's but for RMSNorm's sum (and SiLU's exponential, from another library), so up to the ties;
+    # bfloat16: the same roundings as PyTorch's but for RMSNorm's sum (and SiLU's exponential, from another library). One rounding that
+    # flips early grows through 30 bfloat16 layers: with the dot products' bits (a CPU without AMX) the two models' logits came 1.5% of
+    # the largest apart, though each was as close to float32's as the other. So each is held to float32's, and the texts equal up to the ties.
     # float32: within a few ulps (the same two differences), so every token
-    if dtype == 'bfloat16': assert_same_bfloat16_model(ref, fast, 1e-2)
+    if dtype == 'bfloat16':
+        assert_as_close_to_float32(Engine.build(default_model, config=EngineConfig(dtype='float32')).model, ref.model, fast.model)
+        assert_same_greedy_until_a_tie(ref, fast)
     else: assert_same_float32_model(ref, fast)
 
 def counting(runner):
@@ -226,7 +223,7 @@ def counting(runner):
 def test_decode_call_gives_the_layers_tokens_and_logprobs(default_model, dtype):
     "Day 13's one-call decode against the layers' forward (`--no-decode-call`), the default model, in both dtypes: the same bits, so every token and logprob."
     from nanoserve.f32_linear import f32_kernel
-    if dtype == 'bfloat16' and amx_kernel() is None: pytest.skip("this CPU has no AMX: a bfloat16 decode step is not one call here (Day 13's decode_call_refusal)")
+    if dtype == 'bfloat16' and amx_kernel() is None: pytest.skip("this CPU has neither AMX nor AVX512-BF16: a bfloat16 decode step is not one call here (Day 13's decode_call_refusal)")
     if dtype == 'float32' and f32_kernel() is None: pytest.skip("this CPU has neither AVX-512F nor AVX2: a float32 decode step is not one call here (Day 13's decode_call_refusal)")
     ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, decode_call=False))
     one = Engine.build(default_model, config=EngineConfig(dtype=dtype))
