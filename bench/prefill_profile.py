@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Where a prefill step's time goes: the default model's engine, four 144-token random prompts added at once (576 tokens, so
-the first step takes the whole 512-token budget), that first step timed over 5 rounds and then profiled (torch.profiler, self
-CPU time by operator). With --plan, the prompts of a side-by-side plan instead (its crowd: the first step is 512 tokens of seven
-prompts); with --no-prefill-kernel, prefill attention through SDPA instead of Day 11's kernel. Writes
+"""Where a prefill step's time goes: the default model's engine, four 144-token random prompts added at once (576 tokens: the first step takes
+all of them with the default 4096-token budget, 512 of them with the budget before the twelfth pass), that first step timed over 5 rounds and then profiled (torch.profiler, self
+CPU time by operator). With --plan, the prompts of a side-by-side plan instead (its crowd: with the default budget, all its prompt tokens
+in one step); with --no-prefill-kernel, prefill attention through SDPA instead of Day 11's kernel. Writes
 OUT/prefill_profile_DTYPE[_crowd][_sdpa].txt with the machine line. Not part of CI.
 
     python bench/prefill_profile.py --dtype float32
@@ -42,7 +42,9 @@ def main(argv=None):
     for _ in range(2): first_step()
     ms = [round(1e3 * first_step()) for _ in range(5)]
     prof = profile(activities=[ProfilerActivity.CPU]); first_step(prof)
-    what = f"the first step of {a.plan}'s {len(plan)} prompts (512 tokens)" if plan else "the first step of four 144-token prompts (512 tokens)"
+    budget, total = eng.config.max_num_batched_tokens, sum(r['prompt_len'] for r in plan) if plan else 4 * 144
+    tokens = f"{min(total, budget)} of their {total} tokens, the budget being {budget}"       # the first step takes what the whole budget holds
+    what = f"the first step of {a.plan}'s {len(plan)} prompts ({tokens})" if plan else f"the first step of four 144-token prompts ({tokens})"
     what += ", attention through SDPA" if a.no_prefill_kernel else ""
     flags = (f" --plan {a.plan}" if plan else "") + (" --no-prefill-kernel" if a.no_prefill_kernel else "")
     text = (f"machine: {machine()}; {a.dtype}; {what}, ms over 5 rounds: {ms}\n"

@@ -24,7 +24,7 @@ from nanoserve.pull import resolve_model
 from nanoserve.offline_bench import write_csv, machine
 
 ARMS = {'reference': dict(fuse_projections=False, gemv=False, pack_weights=False), 'fused': dict(gemv=False, pack_weights=False),
-        'fused+gemv': dict(pack_weights=False), 'onednn': dict(amx_linear=False, small_ops=False), 'amx': dict(small_ops=False), 'layers': dict(decode_call=False), 'fast': {},
+        'fused+gemv': dict(pack_weights=False), 'onednn': dict(amx_linear=False, small_ops=False), 'no-own-products': dict(amx_linear=False), 'amx': dict(small_ops=False), 'layers': dict(decode_call=False), 'fast': {},
         'fast+compile': dict(bucket_decode=True, persist_inputs=True, capture_decode=True)}
 GROUPS = (('one decode call', ('nanoserve::decode_call',)), ('gemm', ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::linear', 'aten::matmul', '_linear_pointwise', 'amx_linear', 'f32_linear')),
           ('attention', ('scaled_dot_product', 'flash_attention', 'decode_attention_kernel')),
