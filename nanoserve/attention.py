@@ -88,7 +88,7 @@ class PagedAttention(AttentionBackend):
     "Attention over a `KVCache` for one step described by `AttentionMetadata`."
     def __init__(self, cache: KVCache, meta: AttentionMetadata, kernel: bool = True, prefill_kernel: bool = True):
         self.cache, self.meta, self.kernel = cache, meta, kernel    # kernel: decodes through `kernel_attention` where it applies
-        self.prefill_kernel = prefill_kernel                        # prefill chunks through Day 11's AMX kernel where it applies
+        self.prefill_kernel = prefill_kernel                        # prefill chunks through Day 11's kernel where it applies (AMX, or AVX512-BF16)
         self._window = None      # the decodes' (slots, mask), found by the first layer and read by every other one
         self._chunk_slots = None # each prefill chunk's sequence slots (int64), likewise
 

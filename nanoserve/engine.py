@@ -78,7 +78,7 @@ class EngineConfig:
                                 "compiler on first use; SDPA where it cannot be); --no-decode-kernel: gather the window, then SDPA")
     decode_call: bool = _flag(True, "a step of decodes (up to 32 rows) as one C call through the kernels above (Day 13), where every one of them "
                               "applies (bfloat16 with AMX or AVX512-BF16, float32 with AVX-512 or AVX2); the same bits as the layers' forward; --no-decode-call: the layers, called from Python")
-    prefill_kernel: bool = _flag(True, "prefill chunks' attention through Day 11's AMX kernel (bfloat16, a CPU with AMX), reading the KV pool in place; "
+    prefill_kernel: bool = _flag(True, "prefill chunks' attention through Day 11's kernel (bfloat16; AMX's tiles, or AVX512-BF16's dot products without AMX), reading the KV pool in place; "
                                  "--no-prefill-kernel: SDPA")
     prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed (Day 9); --no-prefix-cache computes every prompt whole")
     quantization: str = _flag('none', "none, int8 (one scale per output channel) or int4 (a scale and zero per --quant-group-size inputs): the decoder "

@@ -25,7 +25,7 @@ class ModelRunner:
                  decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True):
         self.model, self.cache, self.stop_ids, self.batch_invariant = model, cache, set(stop_ids), batch_invariant
         self.decode_kernel = decode_kernel      # decodes' attention through Day 12's C kernel where it applies
-        self.prefill_kernel = prefill_kernel    # prefill chunks' attention through Day 11's AMX kernel where it applies
+        self.prefill_kernel = prefill_kernel    # prefill chunks' attention through Day 11's kernel where it applies (AMX or AVX512-BF16)
         # Day 13: pure-decode steps as one C call where the model and cache allow it; why not, where they do not
         self.decode_call_off = ('turned off (decode_call=False)' if not decode_call else 'batch-invariant mode' if batch_invariant else
                                 "Day 12's decode kernel is off" if not decode_kernel else decode_call_refusal(model, cache))

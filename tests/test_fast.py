@@ -10,7 +10,6 @@ from nanoserve.model import load_model, DenseKV
 from nanoserve.fast import speed_up, FastLinear, FusedAttention, amx_kernel
 from nanoserve.elementwise import FastRMSNorm, elementwise_kernel
 from nanoserve.sampling import SamplingParams
-from nanoserve.core import cpu_flags
 
 NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
 PROMPTS = ['The capital of France is', 'def fibonacci(n):', 'Once upon a time, in a small village,', 'The three primary colors are']
@@ -112,12 +111,13 @@ def test_decode_kernel_greedy_text_equals_sdpa(default_model, dtype):
 LONG = ' '.join(['The history of the river valley begins with the first farmers, who'] * 8)     # about 100 tokens
 
 def test_prefill_kernel_greedy_text_equals_sdpa(default_model):
-    """Day 11's AMX prefill attention against SDPA (`--no-prefill-kernel`), its reference, in bfloat16 on the default model: the kernel
+    """Day 11's prefill attention (AMX's tiles, or AVX512-BF16's dot products) against SDPA (`--no-prefill-kernel`), its reference, in bfloat16 on the default model: the kernel
     runs in the prefill (the profiler names it), greedy tokens equal up to the ties (a batch of four and each prompt alone, and a
     100-token prompt prefilled whole and in 16-token chunks), and the first step's top logprobs within TIE of SDPA's."""
     from torch.profiler import profile, ProfilerActivity
     from nanoserve.prefill_kernel import prefill_kernel, prefill_kernel_error
-    if not {'amx_tile', 'amx_bf16'} <= cpu_flags(): pytest.skip('the kernel is for CPUs with AMX')
+    from nanoserve.fast import bf16_isa
+    if bf16_isa() is None: pytest.skip('the kernel is for CPUs with AMX or AVX512-BF16')
     assert prefill_kernel() is not None, prefill_kernel_error()
     ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', prefill_kernel=False))
     ker = Engine.build(default_model, config=EngineConfig(dtype='bfloat16'))
