@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The side-by-side bench's crowd (its plan's 32 prompts at once, greedy, 64 tokens each) run in one process by the engine, with
-Day 11's AMX prefill attention and with SDPA (`--no-prefill-kernel`), the arms in turn and the order flipped every round, so the
+Day 11's prefill attention (AMX's tiles, or AVX512-BF16's dot products) and with SDPA (`--no-prefill-kernel`), the arms in turn and the order flipped every round, so the
 VM's drift falls on both alike. Two measurements:
 
 - the crowd's prefill alone (every request 1 token: the 2,606 prompt tokens in 6 steps), --prefill-rounds pairs, each arm's time
@@ -66,7 +66,7 @@ def main():
     plan = json.loads(Path(a.plan).read_text())
     eng = build_engine(resolve_model(a.model, log=lambda m: print(m, file=sys.stderr)),
                        EngineConfig(dtype='bfloat16', max_batch_size=32, prefix_cache=False), batch=PersistentBatch)
-    arms = {'AMX kernel': True, 'SDPA': False}
+    arms = {'kernel': True, 'SDPA': False}
     rows = []
     for arm, on in arms.items(): eng.runner.prefill_kernel = on; crowd(eng, plan)           # a crowd each to warm up
     for k in range(a.prefill_rounds):
@@ -84,7 +84,7 @@ def main():
     lines = [f"machine: {machine()}", f"plan: {a.plan} ({len(plan['requests'])} requests at once), bfloat16, max batch 32, prefix cache off; "
              f"the arms in turn, the order flipped every round", '']
     pre = {(r['round'], r['arm']): r['prefill_s'] for r in rows if r['run'] == 'prefill only'}
-    pairs = [pre[(k, 'SDPA')] / pre[(k, 'AMX kernel')] for k in range(a.prefill_rounds)]
+    pairs = [pre[(k, 'SDPA')] / pre[(k, 'kernel')] for k in range(a.prefill_rounds)]
     lines += [f"the crowd's prefill alone (2,606 prompt tokens, one output token each), {a.prefill_rounds} pairs:"]
     for arm in arms:
         ts = [pre[(k, arm)] for k in range(a.prefill_rounds)]
@@ -97,7 +97,7 @@ def main():
         best = lambda k: (max if k == 'out_tok_s' else min)(r[k] for r in got)
         lines.append(f"{arm:<11}" + ''.join(f"{best(k):>17g}{round(statistics.median(r[k] for r in got), 3):>9g}" for k in keys))
     cr = {(r['round'], r['arm']): r for r in rows if r['run'] == 'crowd'}
-    ratio = lambda k: statistics.median(cr[(j, 'AMX kernel')][k] / cr[(j, 'SDPA')][k] for j in range(a.rounds))
+    ratio = lambda k: statistics.median(cr[(j, 'kernel')][k] / cr[(j, 'SDPA')][k] for j in range(a.rounds))
     lines += ['', f"within each pair, kernel / SDPA (medians): prefill steps {ratio('prefill_s'):.2f}x, output tok/s {ratio('out_tok_s'):.2f}x, "
               f"TTFT p50 {ratio('ttft_p50_ms'):.2f}x, ITL p99 {ratio('itl_p99_ms'):.2f}x",
               f"command: OMP_NUM_THREADS=1 taskset -c 1 python bench/prefill_attention.py --rounds {a.rounds} --prefill-rounds {a.prefill_rounds}"]
