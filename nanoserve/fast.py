@@ -101,8 +101,8 @@ class FastLinear(nn.Module):
 AMX_LINEAR_C = r"""
 /* bfloat16 products y = x @ w.T (+ b) on Intel's AMX tiles, over weights packed once.  Compiled for AMX whatever the machine
    (target attributes); called only where the CPU has it and Linux has granted this process the tile state (amx_enable).
-   Built with NO_TILES, for a CPU with avx512bf16 but no AMX (AMD's Zen 4 and 5, Intel's Cooper Lake): the same packed layout,
-   every row count through the dot products, and no tile instruction in the library. */
+   Built with NO_TILES, for a CPU with avx512bf16 but no AMX (AMD's Zen 4 and 5, Intel's Cooper Lake): every row count through the
+   dot products, over blocks of 32 columns (the same layout, narrower), and no tile instruction in the library. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <string.h>
@@ -112,7 +112,14 @@ AMX_LINEAR_C = r"""
 #include <immintrin.h>
 #include <omp.h>
 
+#ifdef NO_TILES
+#define NB 32                               /* output columns of a packed block: two vectors, so that a pass holds 12 rows' sums */
+#define PASS_ROWS 12                        /* rows of x a dot-product pass takes: 12 x 2 accumulators of the 32 registers */
+#else
 #define NB 64                               /* output columns of a packed block: four 16-column tiles */
+#define PASS_ROWS 4                         /* (4 x 4 accumulators: the AMX build's dot products take at most DOT_ROWS rows) */
+#endif
+#define NV (NB / 16)                        /* vectors of 16 columns in a whole block */
 #ifndef AHEAD                              /* bytes of a block ahead of its tile loads that the first pass asks the memory for */
 #define AHEAD 8192                          /* (0: none; bench/amx_prefetch.py builds the kernel so, to compare) */
 #endif
@@ -136,8 +143,9 @@ int amx_enable(void) {                      /* ask Linux for the tile state: onc
 #endif
 }
 
-/* w [N, K] -> blocks of 64 output columns (16 in the last, columns past N zeros), each [K/2][64][2]: a pair of inputs of
-   every column side by side, the layout tdpbf16ps reads a weight tile in.  K must be a multiple of 32. */
+/* w [N, K] -> blocks of NB output columns (64, or 32 without tiles; 16-48 in the last, columns past N zeros), each [K/2][NB][2]: a
+   pair of inputs of every column side by side, the layout tdpbf16ps reads a weight tile in.  K must be a multiple of 32.  A build
+   reads only what its own amx_pack wrote: the two builds' blocks differ in width, not in size. */
 int64_t amx_packed_size(int64_t N, int64_t K) { return (N + 15) / 16 * 16 * K; }
 
 void amx_pack(const uint16_t *w, uint16_t *p, int64_t N, int64_t K) {
@@ -167,52 +175,64 @@ TGT static void store_rows(uint16_t *out, int64_t ldo, const float *c, int64_t r
 
 int amx_dot_rows(void) { return DOT_ROWS; }
 
-/* mr (1-4) rows of x against one block with vdpbf16ps, reading the same packed layout: for each pair of inputs, the block's nb
-   columns x 2 (nb * 4 bytes, front to back) as nb / 16 vectors, against each row's pair broadcast.  Each output is one float32
-   sum over the pairs in order (vdpbf16ps adds a pair's two products one after the other), so a row's bits do not depend on the
-   other rows or the threads; they are not the tiles' bits, which round inside a tile in their own way. */
-TGT static inline __attribute__((always_inline)) void dot_pass(const uint16_t *x, int64_t K, const uint16_t *blk, int64_t nb,
-        uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const int mr) {
-    __m512 acc[4][4];
-    float c[4 * NB] __attribute__((aligned(64)));
-    const int32_t *xd = (const int32_t *)x;             /* a pair of bfloat16 inputs as one 32-bit word */
-    int nv = (int)(nb / 16);
-    for (int r = 0; r < mr; r++) for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_ps();
+/* mr (up to PASS_ROWS) rows of x against one block of nv vectors with vdpbf16ps, reading the packed layout: for each pair of
+   inputs, the block's nv * 16 columns x 2 (nv * 64 bytes, front to back) as nv vectors, against each row's pair broadcast.  xt is
+   x with its pairs transposed ([K/2][ldx] 32-bit words), so a pass's rows of one pair sit side by side behind one pointer; with a
+   pointer a row, 12 rows did not fit the general registers and the compiler reloaded them from the stack.  Each output is one
+   float32 sum over the pairs in order (vdpbf16ps adds a pair's two products one after the other), so a row's bits do not depend
+   on the other rows, the passes or the threads; they are not the tiles' bits, which round inside a tile in their own way. */
+TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt, int64_t ldx, int64_t K, const uint16_t *blk,
+        uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const int mr, const int nv) {
+    __m512 acc[PASS_ROWS][NV];
+    float c[PASS_ROWS * NB] __attribute__((aligned(64)));
+    for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) acc[r][j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K / 2; k++) {
-        const uint16_t *w = blk + k * nb * 2;
-        if (nv == 4) {                                  /* a whole block: four vectors, one 256-byte run */
-            for (int l = 0; l < 256; l += 64) _mm_prefetch((const char *)w + DOT_AHEAD + l, _MM_HINT_T0);
-            __m512bh w0 = (__m512bh)_mm512_loadu_si512(w), w1 = (__m512bh)_mm512_loadu_si512(w + 32),
-                     w2 = (__m512bh)_mm512_loadu_si512(w + 64), w3 = (__m512bh)_mm512_loadu_si512(w + 96);
-            for (int r = 0; r < mr; r++) {
-                __m512bh a = (__m512bh)_mm512_set1_epi32(xd[r * (K / 2) + k]);
-                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, w0); acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, w1);
-                acc[r][2] = _mm512_dpbf16_ps(acc[r][2], a, w2); acc[r][3] = _mm512_dpbf16_ps(acc[r][3], a, w3);
-            }
-        } else for (int j = 0; j < nv; j++) {          /* the last block, 16-48 columns */
-            __m512bh wj = (__m512bh)_mm512_loadu_si512(w + 32 * j);
-            for (int r = 0; r < mr; r++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)_mm512_set1_epi32(xd[r * (K / 2) + k]), wj);
+        const uint16_t *w = blk + k * nv * 32;
+        const int32_t *a = xt + k * ldx;
+        if (nv == NV) for (int l = 0; l < NB * 4; l += 64) _mm_prefetch((const char *)w + DOT_AHEAD + l, _MM_HINT_T0);
+        __m512bh wv[NV];
+        for (int j = 0; j < nv; j++) wv[j] = (__m512bh)_mm512_loadu_si512(w + 32 * j);
+        for (int r = 0; r < mr; r++) {
+            __m512bh b = (__m512bh)_mm512_set1_epi32(a[r]);
+            for (int j = 0; j < nv; j++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], b, wv[j]);
         }
     }
     for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) _mm512_store_ps(c + r * NB + 16 * j, acc[r][j]);
     store_rows(out, ldo, c, mr, ncols, bias);
 }
-#define DOT(n) case n: dot_pass(x + m * K, K, p + n0 * K, nb, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, n); break;
+/* a pass of n rows: a whole block with nv known to the compiler, the last one (fewer columns) with nv as it comes */
+#define DOT(n) case n: \
+    if (nb == NB) dot_pass(xt + m, M, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, n, NV); \
+    else dot_pass(xt + m, M, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, n, (int)(nb / 16)); break;
 
 /* A product of one row reads each weight once whatever it does with it, and the dot products keep more of the memory's rate than
    the tiles (which load a 16-row tile of x that is all zeros but one row, and 16 weight rows 256 bytes apart).  The blocks are split
-   across threads as the tiles split them; rows go in passes of up to 4, each over the block (the later ones find it in cache). */
-TGT static void dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N, int64_t K, int nthreads) {
-    int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB;
+   across threads as the tiles split them; rows go in passes of up to PASS_ROWS, each over the block: the first reads it from memory,
+   the later ones find it in cache.  Without tiles a pass of 12 rows has enough arithmetic to cover the first one's memory stream,
+   where a pass of 4 waited on it.  Returns 1 when out of memory. */
+TGT static int dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N, int64_t K, int nthreads) {
+    int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, K2 = K / 2;
+    const int32_t *xd = (const int32_t *)x;              /* a pair of bfloat16 inputs as one 32-bit word */
+    int32_t *xt = (int32_t *)xd;                         /* one row is its own transpose */
+    if (M > 1) {
+        if (!(xt = malloc(M * K2 * 4))) return 1;
+        for (int64_t m = 0; m < M; m++) for (int64_t k = 0; k < K2; k++) xt[k * M + m] = xd[m * K2 + k];
+    }
     #pragma omp parallel num_threads(nthreads)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
             int64_t n0 = b * NB, nb = min64(NB, Np - n0);
-            for (int64_t m = 0; m < M; m += 4)
-                switch (min64(4, M - m)) { DOT(1) DOT(2) DOT(3) DOT(4) }
+            for (int64_t m = 0; m < M; m += PASS_ROWS)
+                switch (min64(PASS_ROWS, M - m)) { DOT(1) DOT(2) DOT(3) DOT(4)
+#if PASS_ROWS > 4
+                    DOT(5) DOT(6) DOT(7) DOT(8) DOT(9) DOT(10) DOT(11) DOT(12)
+#endif
+                }
         }
     }
+    if (xt != xd) free(xt);
+    return 0;
 }
 
 /* Tiles: 0-3 results (float32, 16 x 16), 4-5 x (16 rows x 32 inputs), 5-7 weights (16 pairs of inputs x 16 columns).
@@ -221,7 +241,7 @@ TGT static void dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t 
    each row's sums run in the same order whatever the number of rows (past DOT_ROWS) or threads.  Up to DOT_ROWS: dot_linear. */
 TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N, int64_t K, int nthreads) {
     if (K % 32) return 2;
-    if (M <= DOT_ROWS) { dot_linear(x, p, bias, out, M, N, K, nthreads); return 0; }
+    if (M <= DOT_ROWS) return dot_linear(x, p, bias, out, M, N, K, nthreads);
 #ifndef NO_TILES                            /* (the build without tiles took every row count above) */
     int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, Mp = M <= 16 ? 16 : (M + 31) / 32 * 32;
     uint16_t *xp = (uint16_t *)x;
@@ -318,7 +338,7 @@ def amx_kernel():
 def _amx_lib(): return amx_kernel()      # for the hot path: the kernel is asked for once, by the first product (after a pack found it)
 
 def amx_pack(w: torch.Tensor) -> torch.Tensor | None:
-    "w [out, in] in the kernel's layout (blocks of 64 outputs, pairs of inputs side by side); None where it does not apply."
+    "w [out, in] in `amx_kernel()`'s layout (blocks of 64 outputs, 32 in the build without tiles, pairs of inputs side by side); None where it does not apply."
     ok = w.device.type == 'cpu' and w.dtype == torch.bfloat16 and w.dim() == 2 and w.shape[1] % 32 == 0
     if not ok or (lib := amx_kernel()) is None: return None
     w = w.detach().contiguous()
