@@ -16,7 +16,6 @@ ALLOWED = {
     'torch._convert_weight_to_int4pack_for_cpu': "quant.Int4Linear: packs int4 codes into that kernel's layout; no public op does",
     'mod._parameters': "weights.set_parameter: swap a parameter of a meta-device module without a copy (what nn.Module.register_parameter does, minus its checks)",
     'os._exit': "parallel.worker_main: a worker leaves without the interpreter's shutdown, which aborts around gloo's threads (the stdlib's documented exit for child processes)",
-    'request._body': "server: hand starlette the body we already read and counted, as its own cache, so the handler does not read it twice",
 }
 PRIVATE = re.compile(r'\b((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\._([A-Za-z]\w*(?:\.[A-Za-z_]\w*)*)')
 ASSIGNED = re.compile(r'^\s*[A-Za-z_]\w*\.[A-Za-z_]\w*\s*=\s*_[A-Za-z]\w*\s*(#.*)?$')
