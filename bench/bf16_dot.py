@@ -38,13 +38,11 @@ def main(argv=None):
     old = c_library('bf16_dot_linear_13th', (Path(__file__).resolve().parent/'experiments'/'bf16_dot_thirteenth_pass.c').read_text(),
                     fast.AMX_LINEAR_FLAGS + ('-DNO_TILES',), declare=fast._declare_amx)
     amx = fast.amx_kernel() if fast.bf16_isa() == 'amx' else None
-    def pack(lib, w):                              # a build's own copy of w
-        p = torch.empty(lib.amx_packed_size(*w.shape), dtype=torch.bfloat16); lib.amx_pack(w.data_ptr(), p.data_ptr(), *w.shape); return p
     g, th = torch.Generator().manual_seed(0), torch.get_num_threads()
     weights = []                                   # (in, out, {build: its packed copy}, oneDNN's, the float32 kernel's)
     for k, n in SHAPES:
         w = torch.randn(n, k, generator=g).bfloat16()
-        own = {'dots': pack(dots, w), 'dots-13th': pack(old, w), **({'amx': fast.amx_pack(w)} if amx is not None else {})}
+        own = {'dots': fast.amx_pack(w, dots), 'dots-13th': fast.amx_pack(w, old), **({'amx': fast.amx_pack(w)} if amx is not None else {})}
         weights.append((k, n, own, torch.ops.mkldnn._reorder_linear_weight(w, 32), f32_pack(w.float())))
     nbytes = sum(k * n * 2 for k, n, *_ in weights)
     flat = torch.randn(nbytes // 4, generator=g)

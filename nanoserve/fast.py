@@ -337,10 +337,11 @@ def amx_kernel():
 @functools.cache
 def _amx_lib(): return amx_kernel()      # for the hot path: the kernel is asked for once, by the first product (after a pack found it)
 
-def amx_pack(w: torch.Tensor) -> torch.Tensor | None:
-    "w [out, in] in `amx_kernel()`'s layout (blocks of 64 outputs, 32 in the build without tiles, pairs of inputs side by side); None where it does not apply."
+def amx_pack(w: torch.Tensor, lib=None) -> torch.Tensor | None:
+    """w [out, in] in the layout of `lib`, a build of `AMX_LINEAR_C` (default `amx_kernel()`'s): blocks of 64 outputs, 32 in the build
+    without tiles, pairs of inputs side by side; None where it does not apply."""
     ok = w.device.type == 'cpu' and w.dtype == torch.bfloat16 and w.dim() == 2 and w.shape[1] % 32 == 0
-    if not ok or (lib := amx_kernel()) is None: return None
+    if not ok or (lib := lib or amx_kernel()) is None: return None
     w = w.detach().contiguous()
     packed = torch.empty(lib.amx_packed_size(*w.shape), dtype=torch.bfloat16)
     lib.amx_pack(w.data_ptr(), packed.data_ptr(), *w.shape)
