@@ -186,12 +186,30 @@ static inline vf sum16(const float *p) {
 }
 static inline vf vmax(vf a, vf b) { vu m = (vu)(b > a); vu r = ((vu)b & m) | ((vu)a & ~m); vf x; memcpy(&x, &r, 64); return x; }   /* lanewise */
 
+/* The next row's window, asked of the memory while this row computes (the fifteenth pass): a cursor over its held keys' K rows,
+   then their V rows, NEXT_LINES cache lines at every key of this row's loops (both passes, every head), into L2 (prefetcht1).
+   This row runs 2 * KVH loops over its keys and the next row has about as many keys, so the whole next window is asked for in
+   the first part of this row, some microseconds before it is read: far more lead than AHEAD keys, which could not cover the
+   memory's latency with the block-sized jumps between a window's slots.  A pass reads a third of each slot row's lines (one KV
+   head's), so the two prefetches overlap little.  Nothing here changes a result, only when its bytes arrive. */
+#define NEXT_LINES 3
+typedef struct { const char *k, *v, *pool; const int64_t *slots; int64_t n, j, line, lines, row_bytes; } ahead_t;
+static inline void ahead_step(ahead_t *a) {
+    if (!a) return;
+    for (int i = 0; i < NEXT_LINES; i++) {
+        if (a->j >= a->n) { if (a->pool == a->v) return; a->pool = a->v; a->j = 0; }        /* K done: on to V, then nothing */
+        __builtin_prefetch(a->pool + a->slots[a->j] * a->row_bytes + 64 * a->line, 0, 2);
+        if (++a->line == a->lines) { a->line = 0; a->j++; }
+    }
+}
+
 /* One row; D = 16 * NV.  A KV head at a time, and QB of its query heads at a time, so that their queries (for the scores) and
    their outputs (for the sum of V) stay in registers over the keys, each key's vectors loaded once per QB heads; every 16 keys,
-   sum16 turns the QB x 16 partial dot products into scores.  part: QB * 16 * 16 floats, s: H * S floats (scratch). */
+   sum16 turns the QB x 16 partial dot products into scores.  part: QB * 16 * 16 floats, s: H * S floats (scratch).  next: the
+   next row's cursor (ahead_t above), or 0 for a thread's last row. */
 #define ROW(NAME, T, LD, ST, NV)                                                                                                      \
 static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64_t n, const T *new_k, const T *new_v, T *out,         \
-                 int64_t H, int64_t KVH, float scale, float *part, float *s, int64_t S) {                                             \
+                 int64_t H, int64_t KVH, float scale, float *part, float *s, int64_t S, ahead_t *next) {                              \
     enum { QB = NV <= 4 ? 4 : NV <= 8 ? 2 : 1 };   /* query heads at a time: QB * NV vectors of queries or of outputs */              \
     int64_t G = H / KVH, KD = KVH * 16 * NV, held = new_k ? n - 1 : n;     /* held: the keys the pool holds */                        \
     for (int64_t h = 0; h < KVH; h++)              /* scores */                                                                       \
@@ -202,6 +220,7 @@ static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64
                 qv[b][j] = b < gn ? LD(q + ((g0 + b) * NV + j) * 16) * scale : (vf){0};                                               \
             for (int64_t t = 0; t < n; t++) {                                                                                         \
                 const T *row = (new_k && t == n - 1 ? new_k : k + slots[t] * KD) + h * NV * 16;                                       \
+                ahead_step(next);                                                                                                     \
                 if (g0 == h * G && t + AHEAD < held) {     /* this head's K and V of the key AHEAD on */                              \
                     prefetch_row((const char *)(k + slots[t + AHEAD] * KD + h * NV * 16), NV * 32);                                   \
                     prefetch_row((const char *)(v + slots[t + AHEAD] * KD + h * NV * 16), NV * 32);                                   \
@@ -240,6 +259,7 @@ static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64
             for (int b = 0; b < QB; b++) for (int j = 0; j < NV; j++) acc[b][j] = (vf){0};                                            \
             for (int64_t t = 0; t < n; t++) {                                                                                         \
                 const T *row = (new_v && t == n - 1 ? new_v : v + slots[t] * KD) + h * NV * 16;                                       \
+                ahead_step(next);                                                                                                     \
                 vf x[NV];                                                                                                             \
                 for (int j = 0; j < NV; j++) x[j] = LD(row + j * 16);                                                                 \
                 for (int b = 0; b < QB; b++) if (b < gn) {                                                                            \
@@ -256,11 +276,13 @@ static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64
 ROWS(float, ld_f32, st_f32, f32)
 ROWS(uint16_t, ld_bf16, st_bf16, bf16)
 
-/* Every row of a step, split across nthreads.  Returns 2 for a head size it has no version for (the caller uses SDPA), 1 when out of memory. */
+/* Every row of a step, split across nthreads, each a run of consecutive rows, so that a row can ask for the next one's window
+   (its held keys: the last one is new_k's where that is given).  Returns 2 for a head size it has no version for (the caller
+   uses SDPA), 1 when out of memory. */
 #define DECODE(NAME, T, SUFFIX)                                                                                                \
 int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, const int64_t *ctx, const T *new_k, const T *new_v, \
          T *out, int64_t R, int64_t H, int64_t KVH, int64_t D, float scale, int nthreads) {                                    \
-    typedef void (*row_fn)(const T *, const T *, const T *, const int64_t *, int64_t, const T *, const T *, T *, int64_t, int64_t, float, float *, float *, int64_t); \
+    typedef void (*row_fn)(const T *, const T *, const T *, const int64_t *, int64_t, const T *, const T *, T *, int64_t, int64_t, float, float *, float *, int64_t, ahead_t *); \
     row_fn f = D == 16 ? row1_##SUFFIX : D == 32 ? row2_##SUFFIX : D == 64 ? row4_##SUFFIX : D == 80 ? row5_##SUFFIX :        \
                D == 96 ? row6_##SUFFIX : D == 128 ? row8_##SUFFIX : D == 256 ? row16_##SUFFIX : 0;                             \
     if (!f || H % KVH) return 2;                                                                                               \
@@ -270,11 +292,16 @@ int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, cons
     int64_t per = 1024 + H * S;                                                                                                \
     float *scratch = malloc(sizeof(float) * per * (nthreads < 1 ? 1 : nthreads));                                             \
     if (!scratch) return 1;                                                                                                    \
-    _Pragma("omp parallel for num_threads(nthreads) schedule(static)")                                                         \
-    for (int64_t r = 0; r < R; r++) {                                                                                          \
-        float *own = scratch + omp_get_thread_num() * per;                                                                     \
-        f(q + r * H * D, k, v, win + r * W, ctx[r], new_k ? new_k + r * KD : 0, new_v ? new_v + r * KD : 0, out + r * H * D,   \
-          H, KVH, scale, own, own + 1024, S);                                                                                  \
+    _Pragma("omp parallel num_threads(nthreads)")                                                                              \
+    {                                                                                                                          \
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();                                                              \
+        float *own = scratch + t * per;                                                                                        \
+        for (int64_t r = R * t / nt; r < R * (t + 1) / nt; r++) {                                                              \
+            ahead_t a = {(const char *)k, (const char *)v, (const char *)k, win + (r + 1) * W,                                 \
+                         r + 1 < R ? ctx[r + 1] - (new_k != 0) : 0, 0, 0, (KD * (int64_t)sizeof(T) + 63) / 64, KD * (int64_t)sizeof(T)}; \
+            f(q + r * H * D, k, v, win + r * W, ctx[r], new_k ? new_k + r * KD : 0, new_v ? new_v + r * KD : 0, out + r * H * D, \
+              H, KVH, scale, own, own + 1024, S, r + 1 < R * (t + 1) / nt ? &a : 0);                                           \
+        }                                                                                                                      \
     }                                                                                                                          \
     free(scratch);                                                                                                             \
     return 0;                                                                                                                  \
