@@ -150,7 +150,9 @@ def cmd_bench(args) -> int:
     if args.bench != 'offline':
         from nanoserve.servebench import cmd_bench_serve, cmd_bench_compare
         return {'serve': cmd_bench_serve, 'compare': cmd_bench_compare}[args.bench](args)
-    from nanoserve.offline_bench import (make_workload, run_nanoserve, run_transformers, run_vllm, ceilings, write_csv, machine, asdict, best_of_repeats)
+    from nanoserve.offline_bench import (make_workload, run_nanoserve, run_transformers, run_vllm, ceilings, write_csv, machine, asdict, best_of_repeats,
+                                         paired_bandwidth_share)
+    from nanoserve.weights import weight_bytes
     from pathlib import Path
     from nanoserve.pull import resolve_model
     from nanoserve.launch import build_engine, config_from_args
@@ -186,6 +188,8 @@ def cmd_bench(args) -> int:
                                    None if sharded else engine.tokenizer, batch=PersistentBatch, quantize=quantize_model)
                 w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
                 r1 = asdict(run_nanoserve(one, w1)); r1.update(quantization=args.quantization); r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
+                r1.update(paired_bandwidth_share(one, make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed + 1),
+                                        weight_bytes(one.model)))   # another such run (other prompts: no prefix-cache hits), a bandwidth probe after every step
                 rows.append(r1 | {'repeat': rep}); one.close()
             engine.close()
             if args.compare_transformers or args.compare_vllm: engine = one = None     # free the model before a peer loads its own
@@ -198,11 +202,12 @@ def cmd_bench(args) -> int:
     best, median = best_of_repeats(rows)
     print(f"machine: {machine()}; {args.num_requests} requests, prompts {lo}-{hi} tokens, {args.output_len} output tokens each"
           + (f"; fastest and median of {args.repeats} rounds" if args.repeats > 1 else ''))
-    print(f"{'engine':<22}{'dtype':<10}{'batch':>6}{'out tok/s':>11}{'(median)':>10}{'step p50 ms':>13}{'of ceiling':>12}")
+    print(f"{'engine':<22}{'dtype':<10}{'batch':>6}{'out tok/s':>11}{'(median)':>10}{'step p50 ms':>13}{'of ceiling':>12}{'(paired)':>10}")
     for r in best:
-        share = r.get('gemm_ceiling_share') or r.get('bandwidth_ceiling_share')
+        share, paired = r.get('gemm_ceiling_share') or r.get('bandwidth_ceiling_share'), r.get('paired_ceiling_share')
         print(f"{r['engine']:<22}{r['dtype']:<10}{r['batch']:>6}{r['output_tok_s']:>11.1f}{median[(r['engine'], r['dtype'], r['batch'])]:>10.1f}"
-              f"{(r['step_ms_p50'] or 0):>13.1f}{'' if share is None else f'{share:.0%}':>12}")
+              f"{(r['step_ms_p50'] or 0):>13.1f}{'' if share is None else f'{share:.0%}':>12}"
+              f"{'' if paired is None else f'{paired:.0%}':>10}")
     for dtype in args.dtypes.split(','):
         ours = next(r for r in best if r['dtype'] == dtype and r['engine'] == 'nanoserve' and r['batch'] == args.max_batch_size)
         for peer in (r for r in best if r['dtype'] == dtype and r['engine'] != 'nanoserve'):

@@ -15,7 +15,8 @@ from .sampling import SamplingParams
 
 # %% auto #0
 __all__ = ['VLLM_OFFLINE', 'Workload', 'make_workload', 'BenchResult', 'run_nanoserve', 'run_transformers', 'run_vllm',
-           'gemm_rate', 'memory_bandwidth', 'ceilings', 'write_csv', 'cpu_model', 'machine', 'best_of_repeats']
+           'gemm_rate', 'memory_bandwidth', 'ceilings', 'paired_bandwidth_share', 'write_csv', 'cpu_model', 'machine',
+           'best_of_repeats']
 
 # %% ../nbs/24_offline_bench.ipynb #3daeb812
 @dataclass(frozen=True)
@@ -146,6 +147,28 @@ def ceilings(model, batch: int) -> dict:
     bw = memory_bandwidth()
     return {'gemm_gflops': rate / 1e9, 'gemm_ceiling_tok_s': rate / (2 * params), 'bandwidth_gbs': bw / 1e9,
             'bandwidth_ceiling_tok_s': bw / weight_bytes(model)}
+
+def paired_bandwidth_share(engine: Engine, w: Workload, nbytes: int) -> dict:
+    """`w` through `engine` (batch 1) with a probe after every step: a sum over `nbytes` (the bytes a token's step must read), timed on
+    its own. Each probe is the memory's rate at that moment, so a VM whose bandwidth jumps between two levels from one second to the
+    next (the fifteenth pass's) is divided out step by step, not by one reading taken before the run. Returns the run's output tok/s
+    without the probes' time, the probes' median rate, and the share: tokens x mean probe time / run time."""
+    import statistics
+    params = SamplingParams(temperature=0, max_tokens=w.output_len, ignore_eos=True)
+    x = torch.ones(nbytes // 4); x.sum()
+    step, probes = engine.step, []
+    def probed():
+        r = step()
+        t = time.perf_counter(); x.sum(); probes.append(time.perf_counter() - t)
+        return r
+    engine.step = probed
+    try:
+        t0 = time.perf_counter(); outs = engine.generate(w.prompts, params, use_tqdm=False); secs = time.perf_counter() - t0 - sum(probes)
+    finally: engine.step = step
+    assert all(len(o.token_ids) == w.output_len for o in outs)
+    mean = statistics.fmean(probes)
+    return {'paired_output_tok_s': w.num_output_tokens / secs, 'paired_bandwidth_gbs': nbytes / statistics.median(probes) / 1e9,
+            'paired_ceiling_tok_s': 1 / mean, 'paired_ceiling_share': w.num_output_tokens * mean / secs}
 
 # %% ../nbs/24_offline_bench.ipynb #7ae2b88d
 def write_csv(rows: list[dict], path: str | Path):
