@@ -191,13 +191,14 @@ static inline vf vmax(vf a, vf b) { vu m = (vu)(b > a); vu r = ((vu)b & m) | ((v
    This row runs 2 * KVH loops over its keys and the next row has about as many keys, so the whole next window is asked for in
    the first part of this row, some microseconds before it is read: far more lead than AHEAD keys, which could not cover the
    memory's latency with the block-sized jumps between a window's slots.  A pass reads a third of each slot row's lines (one KV
-   head's), so the two prefetches overlap little.  Nothing here changes a result, only when its bytes arrive. */
+   head's), so the two prefetches overlap little.  Nothing here changes a result, only when its bytes arrive.  A next row that
+   holds no keys (its one key is new_k's, as in a warm-up) asks for nothing: its window may be empty, its slots a null pointer. */
 #define NEXT_LINES 3
 typedef struct { const char *k, *v, *pool; const int64_t *slots; int64_t n, j, line, lines, row_bytes; } ahead_t;
 static inline void ahead_step(ahead_t *a) {
     if (!a) return;
     for (int i = 0; i < NEXT_LINES; i++) {
-        if (a->j >= a->n) { if (a->pool == a->v) return; a->pool = a->v; a->j = 0; }        /* K done: on to V, then nothing */
+        if (a->j >= a->n) { if (a->pool == a->v || a->n <= 0) return; a->pool = a->v; a->j = 0; }   /* K done: on to V, then nothing */
         __builtin_prefetch(a->pool + a->slots[a->j] * a->row_bytes + 64 * a->line, 0, 2);
         if (++a->line == a->lines) { a->line = 0; a->j++; }
     }
