@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastcore.basics import patch
 import asyncio, itertools, threading, time
 from collections import deque
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, field
 from typing import AsyncIterator, Callable
 from .core import NanoserveError
 from .engine import Engine, RequestOutput
@@ -40,6 +40,7 @@ class EngineStats:
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (Day 9)
     prefix_cache_hits: int = 0     # of those, found
     num_paused_steps: int = 0      # steps given the whole budget by Day 16's waiting_served_ratio
+    steps_by_batch: dict = field(default_factory=dict)   # {requests run together: steps} since start (Day 40's load generator reads its change over a run)
     def as_dict(self) -> dict: return asdict(self)
 
 # %% ../nbs/30_async.ipynb #bdf0e7ba
@@ -212,7 +213,7 @@ def stats(self: AsyncEngine) -> EngineStats:
     s = self.engine.snapshot()
     return EngineStats(self.running, s.num_running, s.num_waiting, c['num_requests'], c['num_finished'], c['num_aborted'], c['prompt_tokens'],
                        c['generation_tokens'], s.num_preemptions, s.num_steps, s.kv_usage, s.kv_free_blocks, s.kv_total_blocks,
-                       s.prefix_cache_queries, s.prefix_cache_hits, s.num_paused_steps)
+                       s.prefix_cache_queries, s.prefix_cache_hits, s.num_paused_steps, s.steps_by_batch)
 
 @patch
 def capture_stats(self: AsyncEngine):

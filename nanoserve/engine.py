@@ -251,6 +251,7 @@ class Engine:
         self.texts: dict[str, str] = {}
         self._ids = itertools.count()
         self.num_steps = 0
+        self.steps_by_batch: dict[int, int] = {}   # steps counted by how many requests each ran together (a load generator's evidence of batching)
         self.num_computed_tokens = 0   # tokens run through the model, prompt and output (a prefix-cache hit is not computed)
         self._grammars, self._grammars_lock = None, threading.Lock()
 
@@ -359,6 +360,7 @@ def step(self: Engine) -> list[RequestOutput]:
         check_invariants(self.cache)
         if self.batch is not None: self.batch.check(out, self.cache)
     self.num_steps += 1; self.num_computed_tokens += out.num_batched_tokens
+    if n := len(out.scheduled): self.steps_by_batch[n] = self.steps_by_batch.get(n, 0) + 1
     outs = [_output(self, r) for r in got]
     for r in got:
         if r.is_finished: self.detok.pop(r.request_id, None); self.texts.pop(r.request_id, None)
@@ -389,6 +391,7 @@ class EngineSnapshot:
     prefix_cache_hits: int = 0         # of those, found
     num_computed_tokens: int = 0       # tokens run through the model so far
     num_paused_steps: int = 0          # steps given the whole budget by Day 16's waiting_served_ratio
+    steps_by_batch: dict = field(default_factory=dict)   # {requests run together: steps}, since boot
 
 @patch
 def snapshot(self: Engine) -> EngineSnapshot:
@@ -397,7 +400,7 @@ def snapshot(self: Engine) -> EngineSnapshot:
     px = self.cache.prefix
     return EngineSnapshot(len(s.running), len(s.waiting), s.num_preemptions, self.num_steps, self.cache.usage, pool.num_free, pool.num_blocks,
                           px.queries if px is not None else 0, px.hits if px is not None else 0, self.num_computed_tokens,
-                          s.num_paused_steps)
+                          s.num_paused_steps, dict(self.steps_by_batch))        # a copy: the engine's thread goes on counting
 
 @patch
 def abort_all(self: Engine) -> int:

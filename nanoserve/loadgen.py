@@ -16,9 +16,9 @@ from .core import NanoserveError
 # %% auto #0
 __all__ = ['MAX_PLAN_REQUESTS', 'KINDS', 'WORDS', 'RUNNING_GAUGES', 'WAITING_GAUGES', 'ANNOUNCED', 'LoadgenError',
            'ClientRequest', 'ClientPlan', 'prompt_text', 'draw_lengths', 'poisson_arrivals', 'parse_lengths',
-           'make_plan', 'make_chat_plan', 'RequestRecord', 'Watch', 'check_loopback', 'server_identity', 'LoadRun',
-           'run_plan_async', 'run_plan', 'free_port', 'wait_healthy', 'nanoserve_command', 'wait_announced',
-           'spawn_server']
+           'make_plan', 'make_chat_plan', 'RequestRecord', 'Watch', 'steps_by_batch', 'steps_between', 'check_loopback',
+           'server_identity', 'LoadRun', 'run_plan_async', 'run_plan', 'free_port', 'wait_healthy', 'nanoserve_command',
+           'wait_announced', 'spawn_server']
 
 # %% ../nbs/40_loadgen.ipynb #3e858d9f
 class LoadgenError(NanoserveError, ValueError):
@@ -231,8 +231,23 @@ class Watch:
     interval: float = 0.25
     source: str | None = None                      # 'health', 'metrics', or None when neither could be read
     samples: list[tuple[float, int, int | None]] = field(default_factory=list)   # (t, running, waiting)
+    steps_by_batch: dict[int, int] | None = None   # the run's steps by requests run together (the server's count after - before), None where it keeps none
     @property
-    def peak_running(self) -> int | None: return max((s[1] for s in self.samples), default=None)
+    def peak_running(self) -> int | None:
+        seen = [s[1] for s in self.samples] + list(self.steps_by_batch or ())
+        return max(seen, default=None)
+
+async def steps_by_batch(client: httpx.AsyncClient) -> dict[int, int] | None:
+    "The server's steps since boot by how many requests each ran together (nanoserve's /health), or None where it keeps no such count."
+    try:
+        d = ((await client.get('/health')).json().get('stats') or {}).get('steps_by_batch')
+        return {int(k): int(v) for k, v in d.items()} if isinstance(d, dict) else None
+    except (httpx.HTTPError, ValueError, AttributeError, TypeError): return None
+
+def steps_between(before: dict[int, int] | None, after: dict[int, int] | None) -> dict[int, int] | None:
+    "The steps counted between two readings of `steps_by_batch` (None unless both were read)."
+    if before is None or after is None: return None
+    return {k: n - before.get(k, 0) for k, n in sorted(after.items()) if n > before.get(k, 0)}
 
 async def _read(client: httpx.AsyncClient, source: str | None):
     "One reading (running, waiting, source) or None."
@@ -308,7 +323,8 @@ class LoadRun:
         d = json.loads(s)
         d['plan'] = ClientPlan.from_json(json.dumps(d['plan']))
         d['records'] = [RequestRecord(**r) for r in d['records']]
-        w = d['watch']; d['watch'] = Watch(w['interval'], w['source'], [tuple(s) for s in w['samples']])
+        w, sb = d['watch'], d['watch'].get('steps_by_batch')         # runs saved before the count have none
+        d['watch'] = Watch(w['interval'], w['source'], [tuple(s) for s in w['samples']], None if sb is None else {int(k): v for k, v in sb.items()})
         return cls(**d)
 
 # %% ../nbs/40_loadgen.ipynb #285ca45a
@@ -324,6 +340,7 @@ async def run_plan_async(plan: ClientPlan, base_url: str, model: str, mode: str 
     headers = {'Authorization': f'Bearer {api_key}'} if api_key else {}
     async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(timeout), limits=limits, headers=headers) as client:
         before, watch, stop = await server_identity(client), Watch(watch_interval), asyncio.Event()
+        counted = await steps_by_batch(client)                  # the server's count before the run (and after it, below)
         sem = asyncio.Semaphore(max_concurrency) if max_concurrency else nullcontext()
         started_at, t0 = time.time(), time.perf_counter()
         watcher = asyncio.create_task(_watch(client, watch, t0, stop))
@@ -339,6 +356,8 @@ async def run_plan_async(plan: ClientPlan, base_url: str, model: str, mode: str 
                 rec.error, rec.done = rec.error or f"timed out after {timeout} s", rec.done or time.perf_counter() - t0
         duration = max(r.done for r in records)
         stop.set(); await watcher
+        watch.steps_by_batch = steps_between(counted, await steps_by_batch(client))
+        if watch.steps_by_batch is not None: watch.source = watch.source or 'health'
         after = await server_identity(client)
     return LoadRun(plan, mode, base_url, model, records, duration, watch, before, after, max_concurrency, started_at, label)
 

@@ -84,7 +84,10 @@ def read_concurrency(records: list[RequestRecord], watch: Watch) -> ConcurrencyR
     if watch.source is None:
         return (out('batched', f'no server count; {streaming} streams overlapped') if streaming >= 2 else
                 out('serialised', 'no server count; streams never overlapped: each began after the previous ended'))
+    if (c := watch.steps_by_batch) is not None and max(c, default=0) >= 2:
+        return out('batched', f"the server counted {sum(n for k, n in c.items() if k >= 2)} steps that ran >= 2 requests together (up to {max(c)})")
     if peak is not None and peak >= 2: return out('batched', f'the server reported {peak} running at once')
+    if c: return out('serialised', f'the server counted {sum(c.values())} steps in the run, each running one request')
     queued = [s for s in busy if s[1] >= 1 and (s[2] is None or s[2] >= 1)]    # the server ran some and kept others waiting
     if not queued: return out('too_short', f'no reading (every {watch.interval} s) caught the server running requests while others waited and '
                                            f'>= 2 were in flight ({len(busy)} fell in that window, saying 0 running or nothing waiting); a peak of {peak} says nothing')
