@@ -8,12 +8,16 @@ Arms:
 - `sdpa`: Day 12's reference: K/V gathered from the pool through the slot table (`index_select`), then
   `scaled_dot_product_attention` with a boolean mask, a KV head's query heads as its queries (no K/V expansion);
 - `kernel`: Day 12's C kernel as the engine runs it (the pool read in place, rows split across the threads);
+- `kernel-c`: the same kernel called as the earlier passes' below are, straight through ctypes without `kernel_attention`'s
+  checks (some microseconds a layer, which at one row and short contexts is much of the time): the arm to compare them with;
 - `kernel-3rd-pass`: the C kernel as the speed issue's third pass left it (`bench/experiments/decode_kernel_third_pass.c`:
   one thread, a head size known only at run time, no prefetch);
 - `kernel-5th-pass`: the C kernel as the fifth pass left it (`bench/experiments/decode_kernel_fifth_pass.c`: one key at a time
   for every head, a horizontal sum per score, the outputs accumulated in memory, no FMA);
 - `kernel-14th-pass`: the C kernel as the fourteenth pass left it (`bench/experiments/decode_kernel_fourteenth_pass.c`: the rows
   split by OpenMP's static schedule, and no prefetch of the next row's window); it must give the kernel's bits;
+- `kernel-15th-pass`: the C kernel as the fifteenth pass left it (`bench/experiments/decode_kernel_fifteenth_pass.c`: with fewer
+  rows than threads, whole rows still, so at batch 1 one thread computes while the other waits); it must give the kernel's bits;
 - `matmul`: the same gather, then scores by `matmul` in the model's dtype, a float32 softmax, and `matmul` with V;
 - `matmul-f32`: scores from float32 operands (the accuracy `sdpa` keeps in bfloat16, at the price of converting K);
 - `compiled`: the gather and the attention in one Inductor kernel (dynamic shapes), the pool read through the slot
@@ -105,11 +109,11 @@ def fifth_pass_kernel():
         return out
     return run
 
-def fourteenth_pass_kernel():
-    "The fourteenth pass's kernel, built with today's flags (only the next row's prefetch differs)."
-    from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS
-    lib = c_library('decode_attention_fourteenth_pass', (HERE/'experiments'/'decode_kernel_fourteenth_pass.c').read_text(), DECODE_KERNEL_FLAGS,
-                    ('-lmvec', '-lm'), _declare)
+def pass_kernel(name: str, file: str | None):
+    "An earlier pass's kernel (bench/experiments/`file`), or today's (`file` None), built with today's flags and called straight through ctypes."
+    from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS, DECODE_KERNEL_C
+    src = DECODE_KERNEL_C if file is None else (HERE/'experiments'/file).read_text()
+    lib = c_library(name, src, DECODE_KERNEL_FLAGS, ('-lmvec', '-lm'), _declare)
     def run(q, kc, vc, win, ctx, kvh, groups, D):
         out = torch.empty_like(q); R = q.shape[0]
         f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
@@ -125,7 +129,8 @@ def main():
     ap.add_argument('--layers', type=int, default=30); ap.add_argument('--repeats', type=int, default=7)
     ap.add_argument('--arms', default='sdpa,kernel,kernel-5th-pass,kernel-3rd-pass,matmul,matmul-f32,compiled'); ap.add_argument('--out', default='bench/results')
     args = ap.parse_args()
-    every = {'sdpa': sdpa, 'kernel': kernel, 'kernel-3rd-pass': third_pass_kernel(), 'kernel-5th-pass': fifth_pass_kernel(), 'kernel-14th-pass': fourteenth_pass_kernel(), 'matmul': matmul,
+    every = {'sdpa': sdpa, 'kernel': kernel, 'kernel-3rd-pass': third_pass_kernel(), 'kernel-5th-pass': fifth_pass_kernel(), 'kernel-14th-pass': pass_kernel('decode_attention_fourteenth_pass', 'decode_kernel_fourteenth_pass.c'),
+             'kernel-c': pass_kernel('decode_attention', None), 'kernel-15th-pass': pass_kernel('decode_attention_fifteenth_pass', 'decode_kernel_fifteenth_pass.c'), 'matmul': matmul,
              'matmul-f32': lambda *a, **k: matmul(*a, **k, f32=True), 'compiled': torch.compile(fused, dynamic=True)}
     arms = {a: every[a] for a in args.arms.split(',')}
     rows, mach = [], machine()
@@ -140,7 +145,7 @@ def main():
                 for name, f in arms.items():
                     t0 = time.perf_counter(); out = f(kc=pools[0][0], vc=pools[0][1], **rest); first[name] = time.perf_counter() - t0
                     err[name] = (out.double() - ref).abs().max().item()
-                    if name == 'kernel-14th-pass' and 'kernel' in first:   # the prefetch changes when bytes arrive, not a bit of the result
+                    if name in ('kernel-14th-pass', 'kernel-15th-pass', 'kernel-c') and 'kernel' in first:   # neither the prefetch nor the split changes a bit
                         assert torch.equal(out, kernel(kc=pools[0][0], vc=pools[0][1], **rest))
                 for i in range(args.repeats):
                     for name, f in (arms.items() if i % 2 == 0 else list(arms.items())[::-1]):

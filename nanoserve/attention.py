@@ -207,22 +207,25 @@ static inline void ahead_step(ahead_t *a) {
 /* One row; D = 16 * NV.  A KV head at a time, and QB of its query heads at a time, so that their queries (for the scores) and
    their outputs (for the sum of V) stay in registers over the keys, each key's vectors loaded once per QB heads; every 16 keys,
    sum16 turns the QB x 16 partial dot products into scores.  part: QB * 16 * 16 floats, s: H * S floats (scratch).  next: the
-   next row's cursor (ahead_t above), or 0 for a thread's last row. */
+   next row's cursor (ahead_t above), or 0 for a thread's last row.  NAME computes a whole row; NAME_part only its query heads
+   ga..gb-1, so that fewer rows than threads can split a row's heads.  Each head's arithmetic is its own, so the bits do not depend
+   on the range; the body is one, inlined into both with `whole` a constant, so the whole row's loops compile as before. */
 #define ROW(NAME, T, LD, ST, NV)                                                                                                      \
-static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64_t n, const T *new_k, const T *new_v, T *out,         \
-                 int64_t H, int64_t KVH, float scale, float *part, float *s, int64_t S, ahead_t *next) {                              \
+static inline __attribute__((always_inline)) void NAME##_body(const T *q, const T *k, const T *v, const int64_t *slots, int64_t n,    \
+        const T *new_k, const T *new_v, T *out, int64_t H, int64_t KVH, float scale, float *part, float *s, int64_t S, ahead_t *next, \
+        int64_t ga, int64_t gb, const int whole) {                                                                                    \
     enum { QB = NV <= 4 ? 4 : NV <= 8 ? 2 : 1 };   /* query heads at a time: QB * NV vectors of queries or of outputs */              \
     int64_t G = H / KVH, KD = KVH * 16 * NV, held = new_k ? n - 1 : n;     /* held: the keys the pool holds */                        \
-    for (int64_t h = 0; h < KVH; h++)              /* scores */                                                                       \
-        for (int64_t g0 = h * G; g0 < (h + 1) * G; g0 += QB) {                                                                        \
-            int64_t gn = (h + 1) * G - g0 < QB ? (h + 1) * G - g0 : QB;                                                               \
+    for (int64_t h = whole ? 0 : ga / G; whole ? h < KVH : h * G < gb; h++)      /* scores: the KV heads of query heads ga..gb-1 */   \
+        for (int64_t lo = whole || h * G > ga ? h * G : ga, hi = whole || (h + 1) * G < gb ? (h + 1) * G : gb, g0 = lo; g0 < hi; g0 += QB) {\
+            int64_t gn = hi - g0 < QB ? hi - g0 : QB;                                                                                 \
             vf qv[QB][NV];                                                                                                            \
             for (int b = 0; b < QB; b++) for (int j = 0; j < NV; j++)                                                                 \
                 qv[b][j] = b < gn ? LD(q + ((g0 + b) * NV + j) * 16) * scale : (vf){0};                                               \
             for (int64_t t = 0; t < n; t++) {                                                                                         \
                 const T *row = (new_k && t == n - 1 ? new_k : k + slots[t] * KD) + h * NV * 16;                                       \
                 ahead_step(next);                                                                                                     \
-                if (g0 == h * G && t + AHEAD < held) {     /* this head's K and V of the key AHEAD on */                              \
+                if (g0 == lo && t + AHEAD < held) {        /* this head's K and V of the key AHEAD on */                              \
                     prefetch_row((const char *)(k + slots[t + AHEAD] * KD + h * NV * 16), NV * 32);                                   \
                     prefetch_row((const char *)(v + slots[t + AHEAD] * KD + h * NV * 16), NV * 32);                                   \
                 }                                                                                                                     \
@@ -240,7 +243,7 @@ static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64
                 for (int b = 0; b < gn; b++) s[(g0 + b) * S + t] = hsum(ld_f32(part + (b * 16 + (t & 15)) * 16));                     \
         }                                                                                                                             \
     float inv[H];                                                                                                                     \
-    for (int64_t g = 0; g < H; g++) {              /* softmax, unnormalised: exp(s - max) and its sum */                              \
+    for (int64_t g = whole ? 0 : ga; g < (whole ? H : gb); g++) {            /* softmax, unnormalised: exp(s - max) and its sum */    \
         float *sg = s + g * S, m = -INFINITY, l = 0.f;                                                                                \
         int64_t t16 = n / 16 * 16;                                                                                                    \
         if (t16) {                                 /* the largest score, 16 lanes at a time */                                        \
@@ -253,9 +256,9 @@ static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64
         for (int64_t t = 0; t < n; t++) { float e = sg[t] - m; sg[t] = e < -80.f ? 0.f : expf(e); l += sg[t]; }                       \
         inv[g] = 1.f / l;           /* (below e^-80 a weight is 0: no denormals, which would be slow and change no bit of the sum) */ \
     }                                                                                                                                 \
-    for (int64_t h = 0; h < KVH; h++)              /* the weighted sum of V */                                                        \
-        for (int64_t g0 = h * G; g0 < (h + 1) * G; g0 += QB) {                                                                        \
-            int64_t gn = (h + 1) * G - g0 < QB ? (h + 1) * G - g0 : QB;                                                               \
+    for (int64_t h = whole ? 0 : ga / G; whole ? h < KVH : h * G < gb; h++)      /* the weighted sum of V */                          \
+        for (int64_t lo = whole || h * G > ga ? h * G : ga, hi = whole || (h + 1) * G < gb ? (h + 1) * G : gb, g0 = lo; g0 < hi; g0 += QB) {\
+            int64_t gn = hi - g0 < QB ? hi - g0 : QB;                                                                                 \
             vf acc[QB][NV];                                                                                                           \
             for (int b = 0; b < QB; b++) for (int j = 0; j < NV; j++) acc[b][j] = (vf){0};                                            \
             for (int64_t t = 0; t < n; t++) {                                                                                         \
@@ -271,6 +274,14 @@ static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64
             for (int b = 0; b < gn; b++) for (int j = 0; j < NV; j++)                                                                 \
                 ST(out + ((g0 + b) * NV + j) * 16, acc[b][j] * inv[g0 + b]);                                                          \
         }                                                                                                                             \
+}                                                                                                                                     \
+static void NAME(const T *q, const T *k, const T *v, const int64_t *slots, int64_t n, const T *new_k, const T *new_v, T *out,         \
+                 int64_t H, int64_t KVH, float scale, float *part, float *s, int64_t S, ahead_t *next) {                              \
+    NAME##_body(q, k, v, slots, n, new_k, new_v, out, H, KVH, scale, part, s, S, next, 0, H, 1);                                      \
+}                                                                                                                                     \
+static void NAME##_part(const T *q, const T *k, const T *v, const int64_t *slots, int64_t n, const T *new_k, const T *new_v, T *out,  \
+                 int64_t H, int64_t KVH, float scale, float *part, float *s, int64_t S, int64_t ga, int64_t gb) {                     \
+    NAME##_body(q, k, v, slots, n, new_k, new_v, out, H, KVH, scale, part, s, S, 0, ga, gb, 0);                                       \
 }
 #define ROWS(T, LD, ST, SUFFIX) ROW(row1_##SUFFIX, T, LD, ST, 1) ROW(row2_##SUFFIX, T, LD, ST, 2) ROW(row4_##SUFFIX, T, LD, ST, 4) \
     ROW(row5_##SUFFIX, T, LD, ST, 5) ROW(row6_##SUFFIX, T, LD, ST, 6) ROW(row8_##SUFFIX, T, LD, ST, 8) ROW(row16_##SUFFIX, T, LD, ST, 16)
@@ -278,14 +289,20 @@ ROWS(float, ld_f32, st_f32, f32)
 ROWS(uint16_t, ld_bf16, st_bf16, bf16)
 
 /* Every row of a step, split across nthreads, each a run of consecutive rows, so that a row can ask for the next one's window
-   (its held keys: the last one is new_k's where that is given).  Returns 2 for a head size it has no version for (the caller
-   uses SDPA), 1 when out of memory. */
+   (its held keys: the last one is new_k's where that is given).  With fewer rows than threads (batch 1, the sixteenth pass) the
+   split is over (row, query head) pairs instead, each thread a run of them, so no thread waits idle while one computes a whole
+   row; those runs ask for no next window.  Returns 2 for a head size it has no version for (the caller uses SDPA), 1 when out of
+   memory. */
 #define DECODE(NAME, T, SUFFIX)                                                                                                \
 int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, const int64_t *ctx, const T *new_k, const T *new_v, \
          T *out, int64_t R, int64_t H, int64_t KVH, int64_t D, float scale, int nthreads) {                                    \
     typedef void (*row_fn)(const T *, const T *, const T *, const int64_t *, int64_t, const T *, const T *, T *, int64_t, int64_t, float, float *, float *, int64_t, ahead_t *); \
+    typedef void (*part_fn)(const T *, const T *, const T *, const int64_t *, int64_t, const T *, const T *, T *, int64_t, int64_t, float, float *, float *, int64_t, int64_t, int64_t); \
     row_fn f = D == 16 ? row1_##SUFFIX : D == 32 ? row2_##SUFFIX : D == 64 ? row4_##SUFFIX : D == 80 ? row5_##SUFFIX :        \
                D == 96 ? row6_##SUFFIX : D == 128 ? row8_##SUFFIX : D == 256 ? row16_##SUFFIX : 0;                             \
+    part_fn fp = D == 16 ? row1_##SUFFIX##_part : D == 32 ? row2_##SUFFIX##_part : D == 64 ? row4_##SUFFIX##_part :           \
+                 D == 80 ? row5_##SUFFIX##_part : D == 96 ? row6_##SUFFIX##_part : D == 128 ? row8_##SUFFIX##_part :           \
+                 D == 256 ? row16_##SUFFIX##_part : 0;                                                                         \
     if (!f || H % KVH) return 2;                                                                                               \
     int64_t S = 1, KD = KVH * D;                                                                                               \
     for (int64_t r = 0; r < R; r++) S = ctx[r] > S ? ctx[r] : S;                                                               \
@@ -297,7 +314,14 @@ int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, cons
     {                                                                                                                          \
         int t = omp_get_thread_num(), nt = omp_get_num_threads();                                                              \
         float *own = scratch + t * per;                                                                                        \
-        for (int64_t r = R * t / nt; r < R * (t + 1) / nt; r++) {                                                              \
+        if (R < nt)                                /* fewer rows than threads: runs of (row, head) pairs */                    \
+            for (int64_t u = R * H * t / nt, end = R * H * (t + 1) / nt; u < end; ) {                                          \
+                int64_t r = u / H, ga = u % H, gb = H < ga + end - u ? H : ga + end - u;                                       \
+                fp(q + r * H * D, k, v, win + r * W, ctx[r], new_k ? new_k + r * KD : 0, new_v ? new_v + r * KD : 0,           \
+                   out + r * H * D, H, KVH, scale, own, own + 1024, S, ga, gb);                                                \
+                u += gb - ga;                                                                                                  \
+            }                                                                                                                  \
+        else for (int64_t r = R * t / nt; r < R * (t + 1) / nt; r++) {                                                         \
             ahead_t a = {(const char *)k, (const char *)v, (const char *)k, win + (r + 1) * W,                                 \
                          r + 1 < R ? ctx[r + 1] - (new_k != 0) : 0, 0, 0, (KD * (int64_t)sizeof(T) + 63) / 64, KD * (int64_t)sizeof(T)}; \
             f(q + r * H * D, k, v, win + r * W, ctx[r], new_k ? new_k + r * KD : 0, new_v ? new_v + r * KD : 0, out + r * H * D, \

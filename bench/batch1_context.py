@@ -1,0 +1,80 @@
+#!/usr/bin/env python
+"""Batch 1 at long contexts: Day 13's one decode call with Day 12's attention kernel as it is now (a lone row's query heads split
+across the threads, the sixteenth pass), as the fifteenth pass left it (the whole row on one thread while the other waits), and
+with no attention at all (a function that returns at once: what the rest of the call costs), interleaved in one process.
+
+    python bench/batch1_context.py --contexts 128,1024,2048,4000
+
+One request of `context` random tokens on the default model, prefilled, then its decode call timed as the engine makes it (the
+same inputs every call, so the same window). The attention kernels are swapped through the call's kernel table, as
+`bench/decode_call_split.py` does; the fifteenth pass's kernel is `bench/experiments/decode_kernel_fifteenth_pass.c`, built with
+today's flags, and must give the same bits. Writes OUT/batch1_context.{csv,txt} with the machine line. Not part of CI.
+"""
+import argparse, ctypes, sys, time
+from pathlib import Path
+import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_call_split import NOTHING_C, step_inputs
+from profile_step import ARMS
+from nanoserve.core import c_library
+from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS
+from nanoserve.engine import EngineConfig
+from nanoserve.launch import build_engine
+from nanoserve.batch import PersistentBatch
+from nanoserve.sampling import SamplingParams
+from nanoserve.pull import resolve_model
+from nanoserve.offline_bench import write_csv, machine
+
+HERE = Path(__file__).resolve().parent
+
+def one_row_engine(path, dtype: str, context: int):
+    "An engine holding one request of `context` random tokens, prefilled: every step from here is one decode."
+    eng = build_engine(path, EngineConfig(dtype=dtype, max_batch_size=1, max_model_len=context + 256, **ARMS['fast']), batch=PersistentBatch)
+    prompt = torch.randint(3, 40000, (context,), generator=torch.Generator().manual_seed(0)).tolist()
+    eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=200, ignore_eos=True))
+    while any(r.num_computed_tokens < context for r in eng.scheduler.running) or eng.scheduler.waiting: eng.step()
+    return eng
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--model', default=None); ap.add_argument('--contexts', default='128,1024,2048,4000')
+    ap.add_argument('--dtype', default='bfloat16'); ap.add_argument('--rounds', type=int, default=15); ap.add_argument('--out', default='bench/results')
+    args = ap.parse_args()
+    path, rows_out, mach = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), [], machine()
+    nothing = c_library('decode_call_nothing', NOTHING_C, ('-O2', '-fPIC', '-shared'))
+    old = c_library('decode_attention_fifteenth_pass', (HERE/'experiments'/'decode_kernel_fifteenth_pass.c').read_text(), DECODE_KERNEL_FLAGS,
+                    ('-lmvec', '-lm'), _declare)
+    fn = 'decode_attention_bf16' if args.dtype == 'bfloat16' else 'decode_attention_f32'
+    for context in map(int, args.contexts.split(',')):
+        eng = one_row_engine(path, args.dtype, context)
+        call = eng.runner.decode_call
+        if call is None: sys.exit(f"the decode call does not apply here: {eng.runner.decode_call_off}")
+        ids, meta = step_inputs(eng)
+        arms = {'kernel': call._kernels.attend, 'kernel-15th-pass': ctypes.cast(getattr(old, fn), ctypes.c_void_p).value,
+                'no attention': ctypes.cast(nothing.attend0, ctypes.c_void_p).value}
+        times, logits = {a: [] for a in arms}, {}
+        with torch.inference_mode():
+            for a, ptr in arms.items():                                   # same inputs, same window: the two kernels' logits are equal
+                call._kernels.attend = ptr; logits[a] = call(ids, meta).clone()
+            assert torch.equal(logits['kernel'], logits['kernel-15th-pass'])
+            for i in range(args.rounds):
+                for a, ptr in (arms.items() if i % 2 == 0 else list(arms.items())[::-1]):
+                    call._kernels.attend = ptr
+                    t = time.perf_counter()
+                    for _ in range(3): call(ids, meta)
+                    times[a].append((time.perf_counter() - t) / 3 * 1e3)
+        call._kernels.attend = arms['kernel']
+        for a, ts in times.items():
+            rows_out.append({'dtype': args.dtype, 'context': context, 'call': a, 'threads': torch.get_num_threads(), 'ms_min': round(min(ts), 2),
+                             'ms_median': round(sorted(ts)[len(ts) // 2], 2), 'machine': mach})
+            print(rows_out[-1], file=sys.stderr)
+        del eng, call
+    out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows_out, out/'batch1_context.csv')
+    lines = [f"machine: {mach}; {args.dtype}; one request, its decode call; {args.rounds} rounds of 3 calls per arm, interleaved",
+             f"{'context':>7}  {'call':18s} {'ms (min)':>9} {'(median)':>9}"]
+    lines += [f"{r['context']:>7}  {r['call']:18s} {r['ms_min']:>9.2f} {r['ms_median']:>9.2f}" for r in rows_out]
+    lines.append('command: python bench/batch1_context.py ' + ' '.join(sys.argv[1:]))
+    (out/'batch1_context.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))
+
+if __name__ == '__main__': main()
