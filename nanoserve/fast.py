@@ -13,11 +13,12 @@ from .layers import MLP, RotaryEmbedding
 from .core import c_library, cpu_flags, named_in_profile
 from .elementwise import FastRMSNorm, FastRotary, silu_mul
 from .f32_linear import F32_MAX_ROWS, f32_pack, f32_product
+from .arena import into_arena
 
 # %% auto #0
 __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_reference', 'one_row_product', 'packed_linear',
            'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_pack', 'amx_product', 'FusedAttention',
-           'FusedMLP', 'speed_up']
+           'FusedMLP', 'speed_up', 'kernel_copies_into_arena']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -408,6 +409,7 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
                     for n in names: setattr(mod, n, FastLinear.of(getattr(mod, n), one_row=one_row))
         if fuse or one_row or pack: model.lm_head = FastLinear.of(model.lm_head, one_row=one_row)
         packed = pack and all([m.pack(amx=bool(amx)) for m in model.modules() if isinstance(m, FastLinear)])   # False where oneDNN cannot take them
+        if packed and amx: kernel_copies_into_arena(model)
         if small_ops:                            # Day 06's small operators: the norms and the rotary embedding, their tensors shared
             for layer in model.model.layers: layer.input_layernorm, layer.post_attention_layernorm = FastRMSNorm.of(layer.input_layernorm), FastRMSNorm.of(layer.post_attention_layernorm)
             model.model.norm, model.rotary = FastRMSNorm.of(model.model.norm), FastRotary.of(model.rotary)
@@ -415,3 +417,12 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
         one_row_product(torch.zeros(1, 8, dtype=model.dtype), torch.zeros(2, 8, dtype=model.dtype))   # compile now, not in the first request
     model.fast = want
     return model
+
+def kernel_copies_into_arena(model: CausalLM) -> list[torch.Tensor]:
+    """Move every `FastLinear`'s copy for nanoserve's own product kernels (`amx` in bfloat16, `f32` in float32) into one arena on huge
+    pages (Day 06's [weight arena](06_arena.ipynb)), in the order of the model's modules, which is the order a decode step reads them;
+    each module and its weight then hold the arena's copy, the same bytes. Returns the copies, in that order."""
+    slots = [(m, name) for m in model.modules() if isinstance(m, FastLinear) for name in ('amx', 'f32') if getattr(m, name) is not None]
+    copies = into_arena([getattr(m, name) for m, name in slots])
+    for (m, name), t in zip(slots, copies): setattr(m, name, t); setattr(m.weight, name, t)
+    return copies
