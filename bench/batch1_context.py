@@ -10,11 +10,12 @@ same inputs every call, so the same window). The attention kernels are swapped t
 `bench/decode_call_split.py` does; the fifteenth pass's kernel is `bench/experiments/decode_kernel_fifteenth_pass.c`, built with
 today's flags, and must give the same bits. Writes OUT/batch1_context.{csv,txt} with the machine line. Not part of CI.
 """
-import argparse, ctypes, sys, time
+import argparse, ctypes, sys
 from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_call_split import NOTHING_C, step_inputs
+from alternating import alternate
 from profile_step import ARMS
 from nanoserve.core import c_library
 from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS
@@ -52,21 +53,21 @@ def main():
         ids, meta = step_inputs(eng)
         arms = {'kernel': call._kernels.attend, 'kernel-15th-pass': ctypes.cast(getattr(old, fn), ctypes.c_void_p).value,
                 'no attention': ctypes.cast(nothing.attend0, ctypes.c_void_p).value}
-        times, logits = {a: [] for a in arms}, {}
+        logits = {}
         with torch.inference_mode():
             for a, ptr in arms.items():                                   # same inputs, same window: the two kernels' logits are equal
                 call._kernels.attend = ptr; logits[a] = call(ids, meta).clone()
             assert torch.equal(logits['kernel'], logits['kernel-15th-pass'])
-            for i in range(args.rounds):
-                for a, ptr in (arms.items() if i % 2 == 0 else list(arms.items())[::-1]):
+            def three_calls(ptr):
+                def f():
                     call._kernels.attend = ptr
-                    t = time.perf_counter()
                     for _ in range(3): call(ids, meta)
-                    times[a].append((time.perf_counter() - t) / 3 * 1e3)
+                return f
+            med, best = alternate({a: three_calls(ptr) for a, ptr in arms.items()}, args.rounds)
         call._kernels.attend = arms['kernel']
-        for a, ts in times.items():
-            rows_out.append({'dtype': args.dtype, 'context': context, 'call': a, 'threads': torch.get_num_threads(), 'ms_min': round(min(ts), 2),
-                             'ms_median': round(sorted(ts)[len(ts) // 2], 2), 'machine': mach})
+        for a in arms:
+            rows_out.append({'dtype': args.dtype, 'context': context, 'call': a, 'threads': torch.get_num_threads(), 'ms_min': round(best[a] / 3, 2),
+                             'ms_median': round(med[a] / 3, 2), 'machine': mach})
             print(rows_out[-1], file=sys.stderr)
         del eng, call
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)

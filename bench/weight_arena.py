@@ -57,9 +57,9 @@ def main():
     small = torch.ones(nbytes // 4)
     huge = huge_buffer(nbytes).view(torch.float32); huge.fill_(1.0)
     huge_mib = (huge_page_bytes(arena[0]) or 0) >> 20, (huge_page_bytes(huge) or 0) >> 20
-    arms = {'sum, 4 KiB pages': small.sum, 'sum, huge pages': huge.sum, 'copies apart': lambda: own_call(ids, meta), 'arena': lambda: arena_call(ids, meta)}
-    if prefetching: arms = {**dict(list(arms.items())[:2]), 'apart, prefetch': arms.pop('copies apart'), 'arena, prefetch': lambda: arena_pf_call(ids, meta),
-                            'arena': arms['arena']}
+    arms = {'sum, 4 KiB pages': small.sum, 'sum, huge pages': huge.sum, 'apart, prefetch' if prefetching else 'copies apart': lambda: own_call(ids, meta)}
+    if prefetching: arms['arena, prefetch'] = lambda: arena_pf_call(ids, meta)
+    arms['arena'] = lambda: arena_call(ids, meta)
     rows = []
     with torch.inference_mode():
         assert torch.equal(own_call(ids, meta), arena_call(ids, meta))
