@@ -1,30 +1,34 @@
 #!/usr/bin/env python
 """Batch 1 at long contexts: Day 13's one decode call with Day 12's attention kernel as it is now (a lone row's query heads split
-across the threads, the sixteenth pass), as the fifteenth pass left it (the whole row on one thread while the other waits), and
-with no attention at all (a function that returns at once: what the rest of the call costs), interleaved in one process.
+across the threads since the sixteenth pass; each part asks for its whole window, into L2, before reading it, since the
+seventeenth), as the sixteenth pass left it (`-DPART_AHEAD=0`: no such request), as the fifteenth pass left it (the whole row
+on one thread while the other waits), and with no attention at all (a function that returns at once: what the rest of the call
+costs), interleaved in one process. Each round starts with a sum over as many bytes as the weights, and the rounds are sorted
+by its rate into the VM memory's slow and fast phases (since the seventeenth pass: a whole run can otherwise fall in either).
 
-    python bench/batch1_context.py --contexts 128,1024,2048,4000
+    python bench/batch1_context.py --contexts 128,512,1024,2048,4000
 
 One request of `context` random tokens on the default model, prefilled, then its decode call timed as the engine makes it (the
 same inputs every call, so the same window). The attention kernels are swapped through the call's kernel table, as
 `bench/decode_call_split.py` does; the fifteenth pass's kernel is `bench/experiments/decode_kernel_fifteenth_pass.c`, built with
-today's flags, and must give the same bits. Writes OUT/batch1_context.{csv,txt} with the machine line. Not part of CI.
+today's flags; the earlier kernels must give the same bits. Writes OUT/batch1_context.{csv,txt} with the machine line. Not part of CI.
 """
 import argparse, ctypes, sys
 from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_call_split import NOTHING_C, step_inputs
-from alternating import alternate
+from alternating import alternate_by_phase
 from profile_step import ARMS
 from nanoserve.core import c_library
-from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS
+from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS, DECODE_KERNEL_C
 from nanoserve.engine import EngineConfig
 from nanoserve.launch import build_engine
 from nanoserve.batch import PersistentBatch
 from nanoserve.sampling import SamplingParams
 from nanoserve.pull import resolve_model
-from nanoserve.offline_bench import write_csv, machine
+from nanoserve.offline_bench import write_csv, machine, sum_buffer
+from nanoserve.weights import weight_bytes
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,43 +42,50 @@ def one_row_engine(path, dtype: str, context: int):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--model', default=None); ap.add_argument('--contexts', default='128,1024,2048,4000')
-    ap.add_argument('--dtype', default='bfloat16'); ap.add_argument('--rounds', type=int, default=15); ap.add_argument('--out', default='bench/results')
+    ap.add_argument('--model', default=None); ap.add_argument('--contexts', default='128,512,1024,2048,4000')
+    ap.add_argument('--dtype', default='bfloat16'); ap.add_argument('--rounds', type=int, default=61); ap.add_argument('--out', default='bench/results')
+    ap.add_argument('--slow-gbs', type=float, default=40.0); ap.add_argument('--fast-gbs', type=float, default=45.0)
     args = ap.parse_args()
     path, rows_out, mach = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), [], machine()
     nothing = c_library('decode_call_nothing', NOTHING_C, ('-O2', '-fPIC', '-shared'))
     old = c_library('decode_attention_fifteenth_pass', (HERE/'experiments'/'decode_kernel_fifteenth_pass.c').read_text(), DECODE_KERNEL_FLAGS,
                     ('-lmvec', '-lm'), _declare)
+    sixteenth = c_library('decode_attention_sixteenth_pass', DECODE_KERNEL_C, DECODE_KERNEL_FLAGS + ('-DPART_AHEAD=0',), ('-lmvec', '-lm'), _declare)
     fn = 'decode_attention_bf16' if args.dtype == 'bfloat16' else 'decode_attention_f32'
     for context in map(int, args.contexts.split(',')):
         eng = one_row_engine(path, args.dtype, context)
         call = eng.runner.decode_call
         if call is None: sys.exit(f"the decode call does not apply here: {eng.runner.decode_call_off}")
         ids, meta = step_inputs(eng)
-        arms = {'kernel': call._kernels.attend, 'kernel-15th-pass': ctypes.cast(getattr(old, fn), ctypes.c_void_p).value,
+        nbytes = weight_bytes(eng.model); x = sum_buffer(nbytes)               # each round's probe: the memory's rate then
+        arms = {'kernel': call._kernels.attend, 'kernel-16th-pass': ctypes.cast(getattr(sixteenth, fn), ctypes.c_void_p).value,
+                'kernel-15th-pass': ctypes.cast(getattr(old, fn), ctypes.c_void_p).value,
                 'no attention': ctypes.cast(nothing.attend0, ctypes.c_void_p).value}
         logits = {}
         with torch.inference_mode():
             for a, ptr in arms.items():                                   # same inputs, same window: the two kernels' logits are equal
                 call._kernels.attend = ptr; logits[a] = call(ids, meta).clone()
-            assert torch.equal(logits['kernel'], logits['kernel-15th-pass'])
+            assert torch.equal(logits['kernel'], logits['kernel-16th-pass']) and torch.equal(logits['kernel'], logits['kernel-15th-pass'])
             def three_calls(ptr):
                 def f():
                     call._kernels.attend = ptr
                     for _ in range(3): call(ids, meta)
                 return f
-            med, best = alternate({a: three_calls(ptr) for a, ptr in arms.items()}, args.rounds)
+            by_phase = alternate_by_phase({a: three_calls(ptr) for a, ptr in arms.items()}, args.rounds, x.sum, nbytes,
+                                          args.slow_gbs, args.fast_gbs)
         call._kernels.attend = arms['kernel']
-        for a in arms:
-            rows_out.append({'dtype': args.dtype, 'context': context, 'call': a, 'threads': torch.get_num_threads(), 'ms_min': round(best[a] / 3, 2),
-                             'ms_median': round(med[a] / 3, 2), 'machine': mach})
-            print(rows_out[-1], file=sys.stderr)
+        for phase, (n, med) in by_phase.items():
+            for a in arms:
+                rows_out.append({'dtype': args.dtype, 'context': context, 'phase': phase, 'rounds': n, 'call': a, 'threads': torch.get_num_threads(),
+                                 'ms_median': round(med[a] / 3, 2), 'machine': mach})
+                print(rows_out[-1], file=sys.stderr)
         del eng, call
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
     write_csv(rows_out, out/'batch1_context.csv')
-    lines = [f"machine: {mach}; {args.dtype}; one request, its decode call; {args.rounds} rounds of 3 calls per arm, interleaved",
-             f"{'context':>7}  {'call':18s} {'ms (min)':>9} {'(median)':>9}"]
-    lines += [f"{r['context']:>7}  {r['call']:18s} {r['ms_min']:>9.2f} {r['ms_median']:>9.2f}" for r in rows_out]
+    lines = [f"machine: {mach}; {args.dtype}; one request, its decode call; {args.rounds} rounds of 3 calls per arm, interleaved, each round "
+             f"begun by a sum over the weights' bytes (slow phase < {args.slow_gbs:g} GB/s < {args.fast_gbs:g} < fast); medians per call",
+             f"{'context':>7}  {'phase':5s} {'rounds':>6}  {'call':18s} {'ms':>7}"]
+    lines += [f"{r['context']:>7}  {r['phase']:5s} {r['rounds']:>6}  {r['call']:18s} {r['ms_median']:>7.2f}" for r in rows_out]
     lines.append('command: python bench/batch1_context.py ' + ' '.join(sys.argv[1:]))
     (out/'batch1_context.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))
 

@@ -3,6 +3,7 @@
 
     python bench/decode_attention.py                      # 32 rows, contexts up to 160, 1 and 2 threads, float32 and bfloat16
     python bench/decode_attention.py --rows 8 --width 512 --threads 2 --arms sdpa,kernel
+    python bench/decode_attention.py --rows 1 --width 1024 --threads 2 --arms kernel-c,kernel-16th-pass --evict-mb 8
 
 Arms:
 - `sdpa`: Day 12's reference: K/V gathered from the pool through the slot table (`index_select`), then
@@ -18,6 +19,8 @@ Arms:
   split by OpenMP's static schedule, and no prefetch of the next row's window); it must give the kernel's bits;
 - `kernel-15th-pass`: the C kernel as the fifteenth pass left it (`bench/experiments/decode_kernel_fifteenth_pass.c`: with fewer
   rows than threads, whole rows still, so at batch 1 one thread computes while the other waits); it must give the kernel's bits;
+- `kernel-16th-pass`: today's kernel built as the sixteenth pass left it (`-DPART_AHEAD=0`: with fewer rows than threads, a part
+  of a row does not ask for its window before reading it, and prefetches its keys into L1 only); it must give the kernel's bits;
 - `matmul`: the same gather, then scores by `matmul` in the model's dtype, a float32 softmax, and `matmul` with V;
 - `matmul-f32`: scores from float32 operands (the accuracy `sdpa` keeps in bfloat16, at the price of converting K);
 - `compiled`: the gather and the attention in one Inductor kernel (dynamic shapes), the pool read through the slot
@@ -109,11 +112,12 @@ def fifth_pass_kernel():
         return out
     return run
 
-def pass_kernel(name: str, file: str | None):
-    "An earlier pass's kernel (bench/experiments/`file`), or today's (`file` None), built with today's flags and called straight through ctypes."
+def pass_kernel(name: str, file: str | None, defines: tuple[str, ...] = ()):
+    """An earlier pass's kernel (bench/experiments/`file`), or today's (`file` None), built with today's flags (and `defines`) and called
+    straight through ctypes."""
     from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS, DECODE_KERNEL_C
     src = DECODE_KERNEL_C if file is None else (HERE/'experiments'/file).read_text()
-    lib = c_library(name, src, DECODE_KERNEL_FLAGS, ('-lmvec', '-lm'), _declare)
+    lib = c_library(name, src, DECODE_KERNEL_FLAGS + defines, ('-lmvec', '-lm'), _declare)
     def run(q, kc, vc, win, ctx, kvh, groups, D):
         out = torch.empty_like(q); R = q.shape[0]
         f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
@@ -127,10 +131,13 @@ def main():
     ap.add_argument('--rows', type=int, default=32); ap.add_argument('--width', type=int, default=160)
     ap.add_argument('--threads', default='1,2'); ap.add_argument('--dtypes', default='float32,bfloat16')
     ap.add_argument('--layers', type=int, default=30); ap.add_argument('--repeats', type=int, default=7)
+    ap.add_argument('--evict-mb', type=int, default=0, help="before each layer's call, read this many MB (as the products between two "
+                    "layers' attention stream a layer's weights: the default model's are 7 MB in bfloat16); 0: none")
     ap.add_argument('--arms', default='sdpa,kernel,kernel-5th-pass,kernel-3rd-pass,matmul,matmul-f32,compiled'); ap.add_argument('--out', default='bench/results')
     args = ap.parse_args()
     every = {'sdpa': sdpa, 'kernel': kernel, 'kernel-3rd-pass': third_pass_kernel(), 'kernel-5th-pass': fifth_pass_kernel(), 'kernel-14th-pass': pass_kernel('decode_attention_fourteenth_pass', 'decode_kernel_fourteenth_pass.c'),
-             'kernel-c': pass_kernel('decode_attention', None), 'kernel-15th-pass': pass_kernel('decode_attention_fifteenth_pass', 'decode_kernel_fifteenth_pass.c'), 'matmul': matmul,
+             'kernel-c': pass_kernel('decode_attention', None), 'kernel-15th-pass': pass_kernel('decode_attention_fifteenth_pass', 'decode_kernel_fifteenth_pass.c'),
+             'kernel-16th-pass': pass_kernel('decode_attention_sixteenth_pass', None, ('-DPART_AHEAD=0',)), 'matmul': matmul,
              'matmul-f32': lambda *a, **k: matmul(*a, **k, f32=True), 'compiled': torch.compile(fused, dynamic=True)}
     arms = {a: every[a] for a in args.arms.split(',')}
     rows, mach = [], machine()
@@ -145,13 +152,16 @@ def main():
                 for name, f in arms.items():
                     t0 = time.perf_counter(); out = f(kc=pools[0][0], vc=pools[0][1], **rest); first[name] = time.perf_counter() - t0
                     err[name] = (out.double() - ref).abs().max().item()
-                    if name in ('kernel-14th-pass', 'kernel-15th-pass', 'kernel-c') and 'kernel' in first:   # neither the prefetch nor the split changes a bit
+                    if name in ('kernel-14th-pass', 'kernel-15th-pass', 'kernel-16th-pass', 'kernel-c') and 'kernel' in first:   # no prefetch or split changes a bit
                         assert torch.equal(out, kernel(kc=pools[0][0], vc=pools[0][1], **rest))
+                flush = torch.ones(args.evict_mb << 18)
                 for i in range(args.repeats):
                     for name, f in (arms.items() if i % 2 == 0 else list(arms.items())[::-1]):
-                        t0 = time.perf_counter()
-                        for kc, vc in pools: f(kc=kc, vc=vc, **rest)
-                        times[name].append((time.perf_counter() - t0) * 1e3)
+                        took = 0.0
+                        for kc, vc in pools:
+                            if args.evict_mb: flush.sum()
+                            t0 = time.perf_counter(); f(kc=kc, vc=vc, **rest); took += time.perf_counter() - t0
+                        times[name].append(took * 1e3)
                 for name in arms:
                     best, med = min(times[name]), statistics.median(times[name])
                     rows.append(dict(dtype=dt, arm=name, rows=args.rows, width=args.width, threads=threads, layers=args.layers,
@@ -161,7 +171,8 @@ def main():
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out/'decode_attention.csv')
     lines = [f"machine: {mach}; {args.rows} rows, contexts up to {args.width}, 3 KV heads x 3 query heads, head dim 64; {args.layers} layers "
-             f"(each its own pool) a step; fastest and median of {args.repeats} alternating rounds",
+             f"(each its own pool) a step"
+             f"{f', {args.evict_mb} MB read before each' if args.evict_mb else ''}; fastest and median of {args.repeats} alternating rounds",
              'dtype      threads  arm               step ms (min)  (median)  ms/layer  first call s  max err vs float64']
     lines += [f"{r['dtype']:9s}  {r['threads']:7d}  {r['arm']:16s}  {r['step_ms_min']:13.1f}  {r['step_ms_median']:8.1f}  {r['ms_per_layer']:8.3f}  "
               f"{r['first_call_s']:12.2f}  {r['max_err_vs_float64']:.3g}" for r in rows]

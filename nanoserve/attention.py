@@ -166,6 +166,18 @@ static inline float hsum(vf x) {
     return s;
 }
 static inline void prefetch_row(const char *p, int64_t bytes) { for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b); }
+static inline void prefetch_row_l2(const char *p, int64_t bytes) { for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2); }
+/* The seventeenth pass: a thread's first row, or a part of one (fewer rows than threads), has no row before it to bring its window
+   in, so it asks for the whole of it (bytes [off, off + bytes) of each held slot's K and V rows) into L2 before reading the first key. */
+#ifndef PART_AHEAD
+#define PART_AHEAD 1                 /* (0 builds the kernel's prefetches as the sixteenth pass left them, to compare) */
+#endif
+static inline void window_ahead(const void *k, const void *v, const int64_t *slots, int64_t held, int64_t row_bytes, int64_t off, int64_t bytes) {
+    for (int64_t t = 0; t < held; t++) {
+        prefetch_row_l2((const char *)k + slots[t] * row_bytes + off, bytes);
+        prefetch_row_l2((const char *)v + slots[t] * row_bytes + off, bytes);
+    }
+}
 
 /* Sixteen vectors' sums as one vector: lane i of the result is the sum of the lanes of the i-th vector at p (a tree of 15
    shuffle-and-adds, where sixteen horizontal sums would take some 60 operations). */
@@ -216,6 +228,11 @@ static inline __attribute__((always_inline)) void NAME##_body(const T *q, const 
         int64_t ga, int64_t gb, const int whole) {                                                                                    \
     enum { QB = NV <= 4 ? 4 : NV <= 8 ? 2 : 1 };   /* query heads at a time: QB * NV vectors of queries or of outputs */              \
     int64_t G = H / KVH, KD = KVH * 16 * NV, held = new_k ? n - 1 : n;     /* held: the keys the pool holds */                        \
+    /* a KV head's bytes of a slot row: float32's were half asked for (NV * 32) until the seventeenth pass */                      \
+    const int64_t HEAD_BYTES = PART_AHEAD ? NV * 16 * (int64_t)sizeof(T) : NV * 32;                                             \
+    if (!whole && PART_AHEAD)                      /* a part: its KV heads' columns of the window, before the first is read */  \
+        window_ahead(k, v, slots, held, KD * (int64_t)sizeof(T), ga / G * NV * 16 * (int64_t)sizeof(T),                       \
+                     ((gb - 1) / G - ga / G + 1) * NV * 16 * (int64_t)sizeof(T));                                              \
     for (int64_t h = whole ? 0 : ga / G; whole ? h < KVH : h * G < gb; h++)      /* scores: the KV heads of query heads ga..gb-1 */   \
         for (int64_t lo = whole || h * G > ga ? h * G : ga, hi = whole || (h + 1) * G < gb ? (h + 1) * G : gb, g0 = lo; g0 < hi; g0 += QB) {\
             int64_t gn = hi - g0 < QB ? hi - g0 : QB;                                                                                 \
@@ -226,8 +243,10 @@ static inline __attribute__((always_inline)) void NAME##_body(const T *q, const 
                 const T *row = (new_k && t == n - 1 ? new_k : k + slots[t] * KD) + h * NV * 16;                                       \
                 ahead_step(next);                                                                                                     \
                 if (g0 == lo && t + AHEAD < held) {        /* this head's K and V of the key AHEAD on */                              \
-                    prefetch_row((const char *)(k + slots[t + AHEAD] * KD + h * NV * 16), NV * 32);                                   \
-                    prefetch_row((const char *)(v + slots[t + AHEAD] * KD + h * NV * 16), NV * 32);                                   \
+                    const char *pk = (const char *)(k + slots[t + AHEAD] * KD + h * NV * 16),                                 \
+                               *pv = (const char *)(v + slots[t + AHEAD] * KD + h * NV * 16);                                 \
+                    if (whole || !PART_AHEAD) { prefetch_row(pk, HEAD_BYTES); prefetch_row(pv, HEAD_BYTES); }                     \
+                    else { prefetch_row_l2(pk, HEAD_BYTES); prefetch_row_l2(pv, HEAD_BYTES); }   /* a part's, into L2 as well */\
                 }                                                                                                                     \
                 vf x[NV];                                                                                                             \
                 for (int j = 0; j < NV; j++) x[j] = LD(row + j * 16);                                                                 \
@@ -322,6 +341,8 @@ int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, cons
                 u += gb - ga;                                                                                                  \
             }                                                                                                                  \
         else for (int64_t r = R * t / nt; r < R * (t + 1) / nt; r++) {                                                         \
+            if (PART_AHEAD && r == R * t / nt)     /* the thread's first row: its whole window, as its later rows get theirs */ \
+                window_ahead(k, v, win + r * W, ctx[r] - (new_k != 0), KD * (int64_t)sizeof(T), 0, KD * (int64_t)sizeof(T));  \
             ahead_t a = {(const char *)k, (const char *)v, (const char *)k, win + (r + 1) * W,                                 \
                          r + 1 < R ? ctx[r + 1] - (new_k != 0) : 0, 0, 0, (KD * (int64_t)sizeof(T) + 63) / 64, KD * (int64_t)sizeof(T)}; \
             f(q + r * H * D, k, v, win + r * W, ctx[r], new_k ? new_k + r * KD : 0, new_v ? new_v + r * KD : 0, out + r * H * D, \
