@@ -196,7 +196,7 @@ class DecodeCall:
         self._args = ctypes.byref(self._kernels), ctypes.byref(self._model)
 
     def __call__(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor | None:
-        "float32 logits [R, vocab] of a step of R decodes, all sampling; None for a step that is not one call (prefill in it, no rows, R > `max_rows`)."
+        "Logits [R, vocab] in the model's dtype of a step of R decodes, all sampling; None for a step that is not one call (prefill in it, no rows, R > `max_rows`)."
         R = meta.num_decodes
         if not 0 < R <= self.max_rows or R != len(meta.chunks) or input_ids.shape[0] != R: return None
         if (self.cache.k.data_ptr(), self.cache.v.data_ptr()) != self._pools: raise RuntimeError("the KV pools moved since the decode call was made")
@@ -209,4 +209,4 @@ class DecodeCall:
         if rc == 3: raise IndexError(f"a position is outside the rotary table's {self.model.rotary.cos.shape[0]} positions")
         if rc == 4: raise IndexError(f"a slot is outside the KV pool's {self.cache.k.shape[1]} slots, or a context outside its window")
         if rc: raise MemoryError("the decode call could not allocate its scratch")
-        return logits.float()
+        return logits

@@ -71,7 +71,8 @@ class ModelRunner:
         return ModelRunnerOutput() if logits is None else self._sample(logits, samplers)
 
     def logits(self, input_ids: torch.Tensor, positions: torch.Tensor, meta, sample_idx: list[int]) -> torch.Tensor | None:
-        "The forward of a prepared step, and float32 logits [len(sample_idx), vocab] of its sampled rows (None when no row samples)."
+        """The forward of a prepared step, and logits [len(sample_idx), vocab] of its sampled rows (None when no row samples): float32, or
+        the model's dtype from Day 13's decode call (Day 14's sampler widens a row where it computes on it)."""
         if self.decode_call is not None and len(sample_idx) == meta.num_decodes == len(meta.chunks):
             if (logits := self.decode_call(input_ids, meta)) is not None: return logits          # every row a decode that samples
         attn = InvariantPagedAttention(self.cache, meta) if self.batch_invariant else PagedAttention(self.cache, meta, self.decode_kernel, self.prefill_kernel)

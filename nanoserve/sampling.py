@@ -122,37 +122,48 @@ ARGMAX_C = r"""
 #include <string.h>
 typedef float vf __attribute__((vector_size(64)));
 typedef int32_t vi __attribute__((vector_size(64)));
+typedef uint16_t vh __attribute__((vector_size(32)));
 
 /* Each row's argmax as torch.argmax finds it: the first index of the row's largest value.  A row holding a NaN gets -1
    (torch's answer there is the first NaN; the caller asks torch).  Sixteen lanes each keep their first largest value and its
    index; the row's answer is the smallest index among the lanes that hold the largest of them, then the tail, scalar. */
-void argmax_f32(const float *x, int64_t rows, int64_t n, int64_t *out) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *p = x + r * n;
-        int64_t v = n / 16 * 16, best_i = 0;
-        float best = p[0];
-        int nan = 0;
-        if (v) {
-            vf b, y; vi bi, idx, step = {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16}, bad = {0};
-            for (int i = 0; i < 16; i++) idx[i] = i;
-            memcpy(&b, p, 64); bi = idx; bad |= b != b;
-            for (int64_t i = 16; i < v; i += 16) {
-                idx += step; memcpy(&y, p + i, 64);
-                vi m = y > b;                                   /* strictly larger: a lane keeps its first maximum */
-                b = (vf)(((vi)y & m) | ((vi)b & ~m)); bi = (idx & m) | (bi & ~m); bad |= y != y;
-            }
-            for (int i = 0; i < 16; i++) nan |= bad[i] != 0;
-            best = b[0]; best_i = bi[0];
-            for (int i = 1; i < 16; i++) if (b[i] > best || (b[i] == best && bi[i] < best_i)) { best = b[i]; best_i = bi[i]; }
-        }
-        for (int64_t i = v; i < n; i++) { if (p[i] != p[i]) nan = 1; if (p[i] > best) { best = p[i]; best_i = i; } }
-        out[r] = nan ? -1 : best_i;
-    }
+static inline vf ld_f32(const float *p) { vf y; memcpy(&y, p, 64); return y; }
+static inline vf ld_bf16(const uint16_t *p) {                    /* bfloat16 is float32's top 16 bits: widened exactly */
+    vh h; memcpy(&h, p, 32); vi u = __builtin_convertvector(h, vi) << 16; vf y; memcpy(&y, &u, 64); return y;
 }
+static inline float one_f32(float x) { return x; }
+static inline float one_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+/* float32 rows, or bfloat16 rows as their float32 values (Day 13's decode call returns the model's dtype: no widened copy) */
+#define ARGMAX(NAME, T, LD, ONE)                                                                                              \
+void NAME(const T *x, int64_t rows, int64_t n, int64_t *out) {                                                                \
+    for (int64_t r = 0; r < rows; r++) {                                                                                      \
+        const T *p = x + r * n;                                                                                               \
+        int64_t v = n / 16 * 16, best_i = 0;                                                                                  \
+        float best = ONE(p[0]);                                                                                               \
+        int nan = 0;                                                                                                          \
+        if (v) {                                                                                                              \
+            vf b, y; vi bi, idx, step = {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16}, bad = {0};          \
+            for (int i = 0; i < 16; i++) idx[i] = i;                                                                          \
+            b = LD(p); bi = idx; bad |= b != b;                                                                               \
+            for (int64_t i = 16; i < v; i += 16) {                                                                            \
+                idx += step; y = LD(p + i);                                                                                   \
+                vi m = y > b;                                   /* strictly larger: a lane keeps its first maximum */         \
+                b = (vf)(((vi)y & m) | ((vi)b & ~m)); bi = (idx & m) | (bi & ~m); bad |= y != y;                              \
+            }                                                                                                                 \
+            for (int i = 0; i < 16; i++) nan |= bad[i] != 0;                                                                  \
+            best = b[0]; best_i = bi[0];                                                                                      \
+            for (int i = 1; i < 16; i++) if (b[i] > best || (b[i] == best && bi[i] < best_i)) { best = b[i]; best_i = bi[i]; } \
+        }                                                                                                                     \
+        for (int64_t i = v; i < n; i++) { float e = ONE(p[i]); if (e != e) nan = 1; if (e > best) { best = e; best_i = i; } } \
+        out[r] = nan ? -1 : best_i;                                                                                           \
+    }                                                                                                                         \
+}
+ARGMAX(argmax_f32, float, ld_f32, one_f32)
+ARGMAX(argmax_bf16, uint16_t, ld_bf16, one_bf16)
 """
 
 def _declare_argmax(lib):
-    lib.argmax_f32.restype, lib.argmax_f32.argtypes = None, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    for f in (lib.argmax_f32, lib.argmax_bf16): f.restype, f.argtypes = None, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
 
 @functools.cache
 def argmax_kernel():
@@ -160,13 +171,16 @@ def argmax_kernel():
     return c_library('argmax', ARGMAX_C, ('-O3', '-march=native', '-fPIC', '-shared', '-std=c11'), (), _declare_argmax, fallback='torch.argmax')
 
 def rows_argmax(logits: torch.Tensor) -> list[int]:
-    "`logits.float().argmax(-1).tolist()` for logits [rows, vocab]: through the C kernel for float32 rows on the CPU, torch for anything else and for rows holding a NaN."
-    if logits.dtype != torch.float32 or logits.device.type != 'cpu' or logits.dim() != 2 or not logits.shape[1] or (lib := argmax_kernel()) is None:
+    """`logits.float().argmax(-1).tolist()` for logits [rows, vocab]: through the C kernel for float32 or bfloat16 rows on the CPU (bfloat16
+    read as it is, not widened into a copy first), torch for anything else and for rows holding a NaN."""
+    if (logits.dtype not in (torch.float32, torch.bfloat16) or logits.device.type != 'cpu' or logits.dim() != 2 or not logits.shape[1]
+            or (lib := argmax_kernel()) is None):
         return logits.float().argmax(-1).tolist()
     x, out = logits.contiguous(), torch.empty(logits.shape[0], dtype=torch.int64)
-    with named_in_profile('nanoserve::argmax'): lib.argmax_f32(x.data_ptr(), x.shape[0], x.shape[1], out.data_ptr())
+    f = lib.argmax_f32 if x.dtype == torch.float32 else lib.argmax_bf16
+    with named_in_profile('nanoserve::argmax'): f(x.data_ptr(), x.shape[0], x.shape[1], out.data_ptr())
     best = out.tolist()
-    return [int(x[i].argmax()) if b < 0 else b for i, b in enumerate(best)]
+    return [int(x[i].float().argmax()) if b < 0 else b for i, b in enumerate(best)]
 
 
 # %% ../nbs/14_sampling.ipynb #9b6726cc
@@ -185,11 +199,12 @@ def plain_greedy(params: SamplingParams, output_ids: list[int], stop_ids: set[in
             and not params.frequency_penalty and not (len(output_ids) < params.min_tokens and stop_ids))
 
 def sample(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: torch.Tensor | None = None) -> list[tuple[int, dict | None]]:
-    "One (token, logprobs or None) per row of `logits` [rows, vocab], row i drawn for `requests[i]`; logprobs from `raw` when given (the model's own logits, before a grammar's mask)."
+    """One (token, logprobs or None) per row of `logits` [rows, vocab] (float32, or bfloat16 from Day 13's decode call: each use widens it),
+    row i drawn for `requests[i]`; logprobs from `raw` when given (the model's own logits, before a grammar's mask)."""
     plain = [plain_greedy(req.params, req.output_token_ids, stops) for req, stops in zip(requests, stop_ids)]
     best = rows_argmax(logits) if any(plain) else None       # every plain greedy row at once: an argmax per row
     out = []
-    for i, (row, req, stops) in enumerate(zip(logits, requests, stop_ids)):
-        tok = best[i] if plain[i] else sample_row(row, req.params, req.generator, req.prompt_token_ids, req.output_token_ids, stops)
-        out.append((tok, None if req.params.logprobs is None else top_logprobs(row if raw is None else raw[i], tok, req.params.logprobs)))
+    for i, (req, stops) in enumerate(zip(requests, stop_ids)):         # a row's view made only where it is read
+        tok = best[i] if plain[i] else sample_row(logits[i], req.params, req.generator, req.prompt_token_ids, req.output_token_ids, stops)
+        out.append((tok, None if req.params.logprobs is None else top_logprobs(logits[i] if raw is None else raw[i], tok, req.params.logprobs)))
     return out
