@@ -202,12 +202,12 @@ def cmd_bench(args) -> int:
     best, median = best_of_repeats(rows)
     print(f"machine: {machine()}; {args.num_requests} requests, prompts {lo}-{hi} tokens, {args.output_len} output tokens each"
           + (f"; fastest and median of {args.repeats} rounds" if args.repeats > 1 else ''))
-    print(f"{'engine':<22}{'dtype':<10}{'batch':>6}{'out tok/s':>11}{'(median)':>10}{'step p50 ms':>13}{'of ceiling':>12}{'(paired)':>10}")
+    print(f"{'engine':<22}{'dtype':<10}{'batch':>6}{'out tok/s':>11}{'(median)':>10}{'step p50 ms':>13}{'of ceiling':>12}{'(paired)':>10}{'(decodes)':>11}")
     for r in best:
-        share, paired = r.get('gemm_ceiling_share') or r.get('bandwidth_ceiling_share'), r.get('paired_ceiling_share')
+        share, paired, dec = r.get('gemm_ceiling_share') or r.get('bandwidth_ceiling_share'), r.get('paired_ceiling_share'), r.get('paired_decode_share')
         print(f"{r['engine']:<22}{r['dtype']:<10}{r['batch']:>6}{r['output_tok_s']:>11.1f}{median[(r['engine'], r['dtype'], r['batch'])]:>10.1f}"
               f"{(r['step_ms_p50'] or 0):>13.1f}{'' if share is None else f'{share:.0%}':>12}"
-              f"{'' if paired is None else f'{paired:.0%}':>10}")
+              f"{'' if paired is None else f'{paired:.0%}':>10}{'' if dec is None else f'{dec:.0%}':>11}")
     for dtype in args.dtypes.split(','):
         ours = next(r for r in best if r['dtype'] == dtype and r['engine'] == 'nanoserve' and r['batch'] == args.max_batch_size)
         for peer in (r for r in best if r['dtype'] == dtype and r['engine'] != 'nanoserve'):

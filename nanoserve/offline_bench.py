@@ -159,23 +159,29 @@ def paired_bandwidth_share(engine: Engine, w: Workload, nbytes: int) -> dict:
     """`w` through `engine` (batch 1) with a probe after every step: a sum over `nbytes` (the bytes a token's step must read), timed on
     its own. Each probe is the memory's rate at that moment, so a VM whose bandwidth jumps between two levels from one second to the
     next (the fifteenth pass's) is divided out step by step, not by one reading taken before the run. Returns the run's output tok/s
-    without the probes' time, the probes' median rate, and the share: tokens x mean probe time / run time."""
+    without the probes' time, the probes' median rate, and the share: tokens x mean probe time / run time. And the same for its
+    decode steps alone (those that computed one token), as llama-bench's generation figure and a server's TPOT leave the prompt
+    out: their tok/s and their share, their probes' time over their own."""
     import statistics
     params = SamplingParams(temperature=0, max_tokens=w.output_len, ignore_eos=True)
     x = sum_buffer(nbytes); x.sum()
-    step, probes = engine.step, []
+    step, probes, decodes = engine.step, [], []
     def probed():
+        n, t = engine.num_computed_tokens, time.perf_counter()
         r = step()
-        t = time.perf_counter(); x.sum(); probes.append(time.perf_counter() - t)
+        s, t = time.perf_counter() - t, time.perf_counter(); x.sum(); probes.append(time.perf_counter() - t)
+        if engine.num_computed_tokens - n == 1: decodes.append((s, probes[-1]))
         return r
     engine.step = probed
     try:
         t0 = time.perf_counter(); outs = engine.generate(w.prompts, params, use_tqdm=False); secs = time.perf_counter() - t0 - sum(probes)
     finally: engine.step = step
     assert all(len(o.token_ids) == w.output_len for o in outs)
-    mean = statistics.fmean(probes)
+    mean, dsecs = statistics.fmean(probes), sum(s for s, _ in decodes)
     return {'paired_output_tok_s': w.num_output_tokens / secs, 'paired_bandwidth_gbs': nbytes / statistics.median(probes) / 1e9,
-            'paired_ceiling_tok_s': 1 / mean, 'paired_ceiling_share': w.num_output_tokens * mean / secs}
+            'paired_ceiling_tok_s': 1 / mean, 'paired_ceiling_share': w.num_output_tokens * mean / secs,
+            'paired_decode_steps': len(decodes), 'paired_decode_tok_s': len(decodes) / dsecs if decodes else None,
+            'paired_decode_share': sum(p for _, p in decodes) / dsecs if decodes else None}
 
 # %% ../nbs/24_offline_bench.ipynb #7ae2b88d
 def write_csv(rows: list[dict], path: str | Path):
