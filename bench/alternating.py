@@ -1,5 +1,6 @@
-"""Shared by the kernel A/B scripts in bench/ (f32_linear.py, amx_prefetch.py): time arms in alternating rounds, and append
-their rows to OUT/NAME.csv and their lines to OUT/NAME.txt. Not part of CI."""
+"""Shared by the A/B scripts in bench/ (f32_linear.py, amx_prefetch.py, batch1_context.py, ...): time arms in alternating rounds
+(sorted by the memory's phase, where it matters), and append or write their rows to OUT/NAME.csv and their lines to OUT/NAME.txt.
+Not part of CI."""
 import csv, statistics, time
 from pathlib import Path
 
@@ -39,3 +40,13 @@ def append_results(out: str, name: str, rows: list[dict], header: str, lines: li
         if new: w.writeheader()
         w.writerows(rows)
     with open(out/f'{name}.txt', 'a') as fh: fh.write(header + '\n' + '\n'.join(lines) + '\n\n')
+
+def write_results(out: str, name: str, rows: list[dict], lines: list[str]):
+    """Write `rows` to OUT/NAME.csv and `lines`, then the command that ran (`python bench/<script> <its arguments>`), to OUT/NAME.txt,
+    replacing what was there; print the lines."""
+    import sys
+    from nanoserve.offline_bench import write_csv
+    out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out/f'{name}.csv')
+    lines = [*lines, f"command: python bench/{Path(sys.argv[0]).name} {' '.join(sys.argv[1:])}".rstrip()]
+    (out/f'{name}.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_call_split import NOTHING_C, step_inputs
-from alternating import alternate_by_phase
+from alternating import alternate_by_phase, write_results
 from profile_step import ARMS
 from nanoserve.core import c_library
 from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS, DECODE_KERNEL_C
@@ -27,7 +27,7 @@ from nanoserve.launch import build_engine
 from nanoserve.batch import PersistentBatch
 from nanoserve.sampling import SamplingParams
 from nanoserve.pull import resolve_model
-from nanoserve.offline_bench import write_csv, machine, sum_buffer
+from nanoserve.offline_bench import machine, sum_buffer
 from nanoserve.weights import weight_bytes
 
 HERE = Path(__file__).resolve().parent
@@ -80,13 +80,10 @@ def main():
                                  'ms_median': round(med[a] / 3, 2), 'machine': mach})
                 print(rows_out[-1], file=sys.stderr)
         del eng, call
-    out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
-    write_csv(rows_out, out/'batch1_context.csv')
     lines = [f"machine: {mach}; {args.dtype}; one request, its decode call; {args.rounds} rounds of 3 calls per arm, interleaved, each round "
              f"begun by a sum over the weights' bytes (slow phase < {args.slow_gbs:g} GB/s < {args.fast_gbs:g} < fast); medians per call",
              f"{'context':>7}  {'phase':5s} {'rounds':>6}  {'call':18s} {'ms':>7}"]
     lines += [f"{r['context']:>7}  {r['phase']:5s} {r['rounds']:>6}  {r['call']:18s} {r['ms_median']:>7.2f}" for r in rows_out]
-    lines.append('command: python bench/batch1_context.py ' + ' '.join(sys.argv[1:]))
-    (out/'batch1_context.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))
+    write_results(args.out, 'batch1_context', rows_out, lines)
 
 if __name__ == '__main__': main()

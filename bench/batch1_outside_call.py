@@ -18,7 +18,9 @@ from nanoserve.launch import build_engine
 from nanoserve.batch import PersistentBatch
 from nanoserve.pull import resolve_model
 from nanoserve.sampling import SamplingParams
-from nanoserve.offline_bench import write_csv, machine
+from nanoserve.offline_bench import machine
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from alternating import write_results
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -57,12 +59,9 @@ def main():
     mach = machine()
     rows = [{'arm': a, 'rounds': args.rounds, 'steps_per_round': args.steps, 'outside_call_ms_median': round(1e3 * statistics.median(v), 4),
              'outside_call_ms_mean': round(1e3 * statistics.fmean(v), 4), 'machine': mach} for a, v in took.items()]
-    out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, out/'batch1_outside_call.csv')
     lines = [f"machine: {mach}; bfloat16, batch 1, contexts from 148 tokens on; {args.rounds} alternating rounds of {args.steps} steps",
              f"{'logits out of the call':28s}{'ms outside the call (median)':>30}{'(mean)':>9}"]
     lines += [f"{r['arm']:28s}{r['outside_call_ms_median']:>30.3f}{r['outside_call_ms_mean']:>9.3f}" for r in rows]
-    lines.append('command: python bench/batch1_outside_call.py ' + ' '.join(sys.argv[1:]))
-    (out/'batch1_outside_call.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))
+    write_results(args.out, 'batch1_outside_call', rows, lines)
 
 if __name__ == '__main__': main()

@@ -14,7 +14,9 @@ import argparse, ctypes, os, statistics, sys, time
 from pathlib import Path
 import torch
 from nanoserve.core import c_library
-from nanoserve.offline_bench import sum_buffer, write_csv, machine
+from nanoserve.offline_bench import sum_buffer, machine
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from alternating import write_results
 
 PINGPONG_C = r'''
 #define _GNU_SOURCE
@@ -69,8 +71,6 @@ def main():
     for phase, keep in (('slow', lambda g: g < args.slow_gbs), ('fast', lambda g: g > args.fast_gbs)):
         rs = [r for r in rows if keep(r['sum_gbs'])]
         if rs: lines.append(f"{phase:6s}{len(rs):>9}{statistics.median(r['sum_gbs'] for r in rs):>10.1f}{statistics.median(r['round_trip_ns'] for r in rs):>15.1f}")
-    lines.append('command: python bench/core_latency.py ' + ' '.join(sys.argv[1:]))
-    out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, out/'core_latency.csv'); (out/'core_latency.txt').write_text('\n'.join(lines) + '\n'); print('\n'.join(lines))
+    write_results(args.out, 'core_latency', rows, lines)
 
 if __name__ == '__main__': main()

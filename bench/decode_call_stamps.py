@@ -21,7 +21,8 @@ from profile_step import decoding_engine
 from decode_call_split import step_inputs
 from nanoserve.decode_call import DECODE_CALL_C, DECODE_CALL_FLAGS, _declare
 from nanoserve.core import c_library
-from nanoserve.offline_bench import sum_buffer, write_csv, machine
+from nanoserve.offline_bench import sum_buffer, machine
+from alternating import write_results
 from nanoserve.weights import weight_bytes
 from nanoserve.pull import resolve_model
 
@@ -103,10 +104,7 @@ def main():
                          'plain_call_ms': round(plain * 1e3, 3), 'stamped_call_ms': round(stamped * 1e3, 3), 'operator': op,
                          'ms': round(ms, 4), 'share': round(share, 4), 'gbs': None if rate is None else round(rate, 2), 'machine': mach})
             lines.append(f"  {op:<24}{ms:>8.3f}{share:>8.1%}" + ('' if rate is None else f"{rate:>8.1f}{rate / gbs:>8.0%}"))
-    out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, out/'decode_call_stamps.csv')
-    text = [f"machine: {mach}; {args.dtype}; one request of {args.context} tokens, its decode call; {args.rounds} rounds", *lines,
-            'command: python bench/decode_call_stamps.py ' + ' '.join(sys.argv[1:])]
-    (out/'decode_call_stamps.txt').write_text('\n'.join(text) + '\n'); print('\n'.join(text))
+    write_results(args.out, 'decode_call_stamps', rows,
+                  [f"machine: {mach}; {args.dtype}; one request of {args.context} tokens, its decode call; {args.rounds} rounds", *lines])
 
 if __name__ == '__main__': main()
