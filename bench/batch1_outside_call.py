@@ -27,7 +27,8 @@ def main():
     ap.add_argument('--model', default=None); ap.add_argument('--rounds', type=int, default=100); ap.add_argument('--steps', type=int, default=10)
     ap.add_argument('--out', default='bench/results')
     args = ap.parse_args()
-    eng = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), EngineConfig(dtype='bfloat16', max_batch_size=1),
+    need = 128 + 20 + 2 * args.rounds * args.steps + 1          # the prompt, the warm-up and every timed step: the request never ends
+    eng = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), EngineConfig(dtype='bfloat16', max_batch_size=1, max_model_len=need),
                        batch=PersistentBatch)
     call = eng.runner.decode_call
     if call is None: sys.exit(f"the decode call does not apply here: {eng.runner.decode_call_off}")
@@ -51,6 +52,7 @@ def main():
     try:
         for r in range(args.rounds):
             for a in (list(arms) if r % 2 else list(arms)[::-1]):
+                assert eng.has_unfinished(), 'the request ended: every step must be a decode'
                 DC.DecodeCall.__call__ = arms[a]; inside[0] = 0.0
                 t = time.perf_counter()
                 for _ in range(args.steps): eng.step()

@@ -63,6 +63,7 @@ def main():
     while time.time() < t_end:
         t = time.perf_counter(); x.sum(); x.sum(); gbs = 2 * args.bytes / (time.perf_counter() - t) / 1e9
         ns = lib.round_trip_ns(cpus[0], cpus[1], args.trips)
+        if ns < 0: sys.exit('could not start the second thread')
         os.sched_setaffinity(0, cpus)                                 # the pin moved this thread to one core: give it both back
         rows.append({'t_s': round(args.seconds - (t_end - time.time()), 2), 'sum_gbs': round(gbs, 2), 'round_trip_ns': round(ns, 1), 'machine': mach})
     lines = [f"machine: {mach}; {len(rows)} readings over {args.seconds:g} s: a sum over {args.bytes / 1e6:.0f} MB on two threads, then "

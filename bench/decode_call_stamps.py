@@ -64,7 +64,7 @@ def main():
     lib = c_library('decode_call_stamped', stamped_source(), DECODE_CALL_FLAGS, declare=_declare)
     lib.read_ticks.restype, lib.read_ticks.argtypes = None, [ctypes.c_void_p]
     eng = decoding_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), args.dtype, 1, 'fast',
-                          context=args.context, max_tokens=100_000)
+                          context=args.context, max_tokens=100_000, max_model_len=max(1024, args.context + 256))
     call = eng.runner.decode_call
     if call is None: sys.exit(f"the decode call does not apply here: {eng.runner.decode_call_off}")
     ids, meta = step_inputs(eng)

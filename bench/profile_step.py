@@ -36,9 +36,9 @@ def group_of(name: str) -> str:
         if any(k in name for k in keys): return g
     return 'other ops'
 
-def decoding_engine(path, dtype: str, rows: int, arm: str, context: int = 128, warm_width: int = 256, max_tokens: int = 400):
+def decoding_engine(path, dtype: str, rows: int, arm: str, context: int = 128, warm_width: int = 256, max_tokens: int = 400, max_model_len: int = 1024):
     "An engine of `arm` with `rows` requests of `context` random tokens, decoded past their prefill: every step from here is `rows` decodes."
-    cfg = EngineConfig(dtype=dtype, max_batch_size=rows, max_model_len=1024, **ARMS[arm],
+    cfg = EngineConfig(dtype=dtype, max_batch_size=rows, max_model_len=max_model_len, **ARMS[arm],
                        **({'warm_rows': rows, 'warm_width': warm_width} if 'compile' in arm else {}))
     eng = build_engine(path, cfg, batch=PersistentBatch)
     g = torch.Generator().manual_seed(0)
