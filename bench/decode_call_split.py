@@ -33,9 +33,11 @@ FAMILIES = {'whole call': (), 'without attention': ('attend',), 'without product
 
 def step_inputs(eng):
     "The input ids and metadata of the engine's next decode step, as its runner receives them (the step itself runs too)."
-    seen, real = {}, eng.runner.logits
+    seen, real, call = {}, eng.runner.logits, eng.runner.decode_call
     def spy(*a): seen['a'] = a; return real(*a)
-    eng.runner.logits = spy; eng.step(); eng.runner.logits = real
+    eng.runner.logits, eng.runner.decode_call = spy, None      # since the eighteenth pass a decode step skips `logits` for `DecodeCall.run`
+    try: eng.step()
+    finally: eng.runner.logits, eng.runner.decode_call = real, call
     ids, _, meta, _ = seen['a']
     return ids, meta
 

@@ -33,6 +33,7 @@ typedef void (*norm_fn)(const void *x, int64_t ldx, const void *w, void *out, in
 typedef int (*rope_fn)(void *x, int64_t ldx, const int64_t *pos, const float *cos, const float *sin, int64_t max_pos, int64_t tokens,
                        int64_t heads, int64_t D);
 typedef void (*silu_mul_fn)(const void *gu, void *out, int64_t rows, int64_t I);
+typedef void (*argmax_fn)(const void *x, int64_t rows, int64_t n, int64_t *out);   /* Day 14's, -1 for a row holding a NaN */
 typedef int (*attend_fn)(const void *q, const void *k, const void *v, const int64_t *win, int64_t W, const int64_t *ctx,
                          const void *new_k, const void *new_v, void *out, int64_t R, int64_t H, int64_t KVH, int64_t D,
                          float scale, int nthreads);
@@ -118,6 +119,37 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
     free(buf);
     return rc;
 }
+
+/* The same step given as the engine holds it: step row r is cache row rows[r], decoding token tok[r] as the last of its ctx[r]
+   tokens.  Its position is ctx[r] - 1; its slot and its window are read from the cache's slot table (int32 [table_rows, ld], -1
+   where nothing is allocated), the window's padding past ctx[r] set to slot 0 (which nothing reads); its embedding is row tok[r] of
+   `embed` [embed_rows, hidden].  So Python hands over three lists of integers and no tensors of its own.  With `argmax` (Day 14's
+   kernel for the dtype, its address handed in) each row's argmax goes to best[r] too.  Returns decode_forward's codes, and 5 for a
+   token, row or context outside its table (before anything is written). */
+int decode_rows(const kernels *kn, const model *m, const void *embed, int64_t embed_rows, const int64_t *tok, const int64_t *rows,
+                const int64_t *ctx, int64_t R, const int32_t *table, int64_t table_rows, int64_t ld, void *logits, int nthreads,
+                argmax_fn argmax, int64_t *best) {
+    int64_t es = kn->es, E = m->hidden, W = 0;
+    for (int64_t r = 0; r < R; r++) {
+        if (tok[r] < 0 || tok[r] >= embed_rows || rows[r] < 0 || rows[r] >= table_rows || ctx[r] < 1 || ctx[r] > ld) return 5;
+        if (ctx[r] > W) W = ctx[r];
+    }
+    int64_t hb = (es * R * E + 63) / 64 * 64;                           /* h first, on a 64-byte boundary as a tensor's would be */
+    char *buf = aligned_alloc(64, hb + (8 * R * (2 + W) + 63) / 64 * 64);
+    if (!buf) return 1;
+    char *h = buf;
+    int64_t *pos = (int64_t *)(buf + hb), *slot = pos + R, *win = slot + R;
+    for (int64_t r = 0; r < R; r++) {
+        const int32_t *row = table + rows[r] * ld;
+        pos[r] = ctx[r] - 1; slot[r] = row[ctx[r] - 1];
+        for (int64_t t = 0; t < W; t++) win[r * W + t] = t < ctx[r] ? row[t] : 0;   /* -1 inside the context: decode_forward refuses it */
+        memcpy(h + es * r * E, (const char *)embed + es * tok[r] * E, es * E);
+    }
+    int rc = decode_forward(kn, m, h, pos, slot, win, W, ctx, R, logits, nthreads);
+    free(buf);
+    if (!rc && argmax) argmax(logits, R, m->vocab, best);
+    return rc;
+}
 """
 DECODE_CALL_FLAGS = ('-O3', '-march=native', '-fPIC', '-shared', '-std=c11')
 
@@ -133,6 +165,8 @@ class _Model(ctypes.Structure):
 def _declare(lib):
     lib.decode_forward.restype = ctypes.c_int
     lib.decode_forward.argtypes = [_P] * 6 + [_I, _P, _I, _P, ctypes.c_int]
+    lib.decode_rows.restype = ctypes.c_int
+    lib.decode_rows.argtypes = [_P, _P, _P, _I, _P, _P, _P, _I, _P, _I, _I, _P, ctypes.c_int, _P, _P]
 
 def decode_call_kernel():
     "The loop's library, built on first use (Day 00's `c_library`); None where it cannot be built."
@@ -171,8 +205,9 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
 
 # %% ../nbs/13_decode_call.ipynb #dc000011
 class DecodeCall:
-    "A pure-decode step's forward and logits as one C call over `model`'s weights and `cache`'s pools (see `decode_call_refusal`)."
-    def __init__(self, model: CausalLM, cache: KVCache):
+    """A pure-decode step's forward and logits as one C call over `model`'s weights and `cache`'s pools (see `decode_call_refusal`);
+    `argmax`: the address of Day 14's argmax kernel for the model's dtype, which `run` then calls on the logits when asked."""
+    def __init__(self, model: CausalLM, cache: KVCache, argmax: int | None = None):
         if (why := decode_call_refusal(model, cache)) is not None: raise ValueError(f"this model cannot take the decode call: {why}")
         self.model, self.cache, self.lib = model, cache, decode_call_kernel()
         cfg, fn = model.config, lambda lib, name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
@@ -194,19 +229,55 @@ class DecodeCall:
                              1 / math.sqrt(cfg.head_dim), _ptr(model.rotary.cos), _ptr(model.rotary.sin), _ptr(model.model.norm.weight),
                              packed(model.lm_head), _ptr(model.lm_head.bias), self._layers)
         self._args = ctypes.byref(self._kernels), ctypes.byref(self._model)
+        emb, slots = model.model.embed_tokens.weight, cache.slots
+        assert emb.is_contiguous() and emb.shape[1] == cfg.hidden_size and slots.dtype == torch.int32 and slots.is_contiguous()
+        self._lists = [(ctypes.c_int64 * self.max_rows)() for _ in range(4)]      # `run`'s tokens, rows, contexts and argmaxes, reused every step
+        self.argmax, self.best = argmax, None
+        self._out = cfg.vocab_size, model.dtype                                    # the logits' width and dtype, read once
+        self._rows_args = (emb.data_ptr(), emb.shape[0], *map(ctypes.addressof, self._lists[:3]))
+        self._table = slots.data_ptr(), slots.shape[0], slots.shape[1]
+
+    def _check_pools(self):
+        if (self.cache.k.data_ptr(), self.cache.v.data_ptr()) != self._pools: raise RuntimeError("the KV pools moved since the decode call was made")
+        if self.cache.slots.data_ptr() != self._table[0]: raise RuntimeError("the slot table moved since the decode call was made")
+
+    def _raise(self, rc: int):
+        if rc == 3: raise IndexError(f"a position is outside the rotary table's {self.model.rotary.cos.shape[0]} positions")
+        if rc == 4: raise IndexError(f"a slot is outside the KV pool's {self.cache.k.shape[1]} slots, or a context outside its window")
+        if rc == 5: raise IndexError(f"a token id is outside the embedding's {self._rows_args[1]} rows, a row outside the slot table's "
+                                     f"{self._table[1]}, or a context outside 1..{self._table[2]}")
+        if rc: raise MemoryError("the decode call could not allocate its scratch")
 
     def __call__(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor | None:
         "Logits [R, vocab] in the model's dtype of a step of R decodes, all sampling; None for a step that is not one call (prefill in it, no rows, R > `max_rows`)."
         R = meta.num_decodes
         if not 0 < R <= self.max_rows or R != len(meta.chunks) or input_ids.shape[0] != R: return None
-        if (self.cache.k.data_ptr(), self.cache.v.data_ptr()) != self._pools: raise RuntimeError("the KV pools moved since the decode call was made")
+        self._check_pools()
         h = self.model.model.embed_tokens.weight.index_select(0, input_ids)       # [R, hidden]: the embedding, as nn.Embedding looks it up
         win, pos, slots, ctx = decode_slots(self.cache, meta), meta.positions.contiguous(), meta.slot_mapping.contiguous(), meta.decode_context.contiguous()
         logits = torch.empty(R, self.model.config.vocab_size, dtype=self.model.dtype)
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_forward(*self._args, h.data_ptr(), pos.data_ptr(), slots.data_ptr(), win.data_ptr(), win.numel() // R,
                                          ctx.data_ptr(), R, logits.data_ptr(), torch.get_num_threads())
-        if rc == 3: raise IndexError(f"a position is outside the rotary table's {self.model.rotary.cos.shape[0]} positions")
-        if rc == 4: raise IndexError(f"a slot is outside the KV pool's {self.cache.k.shape[1]} slots, or a context outside its window")
-        if rc: raise MemoryError("the decode call could not allocate its scratch")
+        self._raise(rc)
+        return logits
+
+    def run(self, rows: list[int], tokens: list[int], context_lens: list[int], argmax: bool = False) -> torch.Tensor | None:
+        """Logits [R, vocab] in the model's dtype of a step of R decodes given as the runner holds them: each row's cache row, the token
+        it decodes, and its context with that token (positions, slots and windows are read from the cache's slot table in C); None
+        where R is 0 or past `max_rows`. With `argmax` (and the kernel's address given), `best` is then each row's argmax, -1 for a
+        row holding a NaN (else None)."""
+        R = len(rows)
+        if not 0 < R <= self.max_rows: return None
+        if len(tokens) != R or len(context_lens) != R:
+            raise ValueError(f"{R} rows, {len(tokens)} tokens and {len(context_lens)} contexts: give one of each per row")
+        self._check_pools()
+        tok, row, ctx, best = self._lists
+        tok[:R], row[:R], ctx[:R] = tokens, rows, context_lens
+        am, self.best = (self.argmax, ctypes.addressof(best)) if argmax and self.argmax else (None, None), None
+        logits = torch.empty(R, self._out[0], dtype=self._out[1])
+        with named_in_profile('nanoserve::decode_call'):
+            rc = self.lib.decode_rows(*self._args, *self._rows_args, R, *self._table, logits.data_ptr(), torch.get_num_threads(), *am)
+        self._raise(rc)
+        if am[0]: self.best = best[:R]
         return logits

@@ -124,6 +124,7 @@ class KVCache:
         self.v = torch.empty(shape, dtype=dtype, device=dev)
         self.k[:, self.pad_slot] = 0; self.v[:, self.pad_slot] = 0   # the rest of the pool stays lazy; the pad slot is read as a masked key
         self.slots = torch.full((max_batch_size, max_model_len), self.pad_slot, dtype=torch.int32, device=dev)  # [rows, positions]; free rows: the pad slot
+        self._slots_np = self.slots.numpy() if self.slots.device.type == 'cpu' else self.slots    # the same memory: a decode's one entry, written without PyTorch's dispatch
         self.block_size, self.max_model_len, self.plan = plan.block_size, max_model_len, plan
         self.prefix = PrefixIndex(plan.block_size) if prefix_caching else None   # Day 9: full blocks by name, shared across requests
         self.pool = BlockPool(plan.num_blocks, self.prefix)
@@ -168,7 +169,7 @@ class KVCache:
                 start = 0                              # the shared positions get their slots too
         table += self.pool.allocate(self.blocks_needed(req, num_new))
         if end - start == 1:                           # a decode's one slot, without the tensor arithmetic below (32 of them a step)
-            self.slots[self.rows[rid], start] = table[start // self.block_size] * self.block_size + start % self.block_size
+            self._slots_np[self.rows[rid], start] = table[start // self.block_size] * self.block_size + start % self.block_size
             return self.rows[rid]
         pos = torch.arange(start, end)
         blocks = torch.tensor(table, dtype=torch.int64)[pos // self.block_size]

@@ -4,13 +4,14 @@
 
 # %% ../nbs/18_runner.ipynb #02fb8546
 from __future__ import annotations
+import ctypes
 import torch
 from .model import CausalLM
 from .kvcache import KVCache
 from .attention import SeqChunk, build_metadata, PagedAttention, InvariantPagedAttention, INVARIANT_PAD
 from .decode_call import DecodeCall, decode_call_refusal
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
-from .sampling import sample, stop_token_set
+from .sampling import sample, stop_token_set, argmax_kernel
 from .grammar import constrain
 
 # %% auto #0
@@ -29,7 +30,9 @@ class ModelRunner:
         # Day 13: pure-decode steps as one C call where the model and cache allow it; why not, where they do not
         self.decode_call_off = ('turned off (decode_call=False)' if not decode_call else 'batch-invariant mode' if batch_invariant else
                                 "Day 12's decode kernel is off" if not decode_kernel else decode_call_refusal(model, cache))
-        self.decode_call = DecodeCall(model, cache) if self.decode_call_off is None else None
+        am = argmax_kernel() if self.decode_call_off is None else None        # Day 14's argmax, which the call runs on its logits for greedy steps
+        am = am and ctypes.cast(am.argmax_bf16 if model.dtype == torch.bfloat16 else am.argmax_f32, ctypes.c_void_p).value
+        self.decode_call = DecodeCall(model, cache, argmax=am) if self.decode_call_off is None else None
         self.decode_path = None   # Day 54: an object whose run(rows, tokens, context_lens) serves pure-decode steps
         self.grammars = None      # Day 15: the engine's GrammarCompiler, once a request asked for structured output
 
@@ -58,17 +61,21 @@ class ModelRunner:
         dev = self.model.device
         return input_ids.to(dev), positions.to(dev), meta, sample_idx, samplers
 
-    @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
         "Forward the step and sample one token for each request whose gap it closes."
         if out.is_empty: return ModelRunnerOutput()
-        if self.decode_path is not None and all(s.num_tokens == 1 and s.samples for s in out.scheduled):
-            logits = self.decode_path.run([s.row for s in out.scheduled], [s.token_ids[0] for s in out.scheduled],
-                                          [s.context_len for s in out.scheduled])
-            return self._sample(logits, out.scheduled)
-        input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)
-        logits = self.logits(input_ids, positions, meta, sample_idx)
-        return ModelRunnerOutput() if logits is None else self._sample(logits, samplers)
+        sc = out.scheduled
+        if (self.decode_path is not None or self.decode_call is not None) and all(s.num_tokens == 1 and s.samples for s in sc):
+            rows, tokens, ctx = [s.row for s in sc], [s.token_ids[0] for s in sc], [s.context_len for s in sc]
+            if self.decode_path is not None:
+                with torch.inference_mode(): return self._sample(self.decode_path.run(rows, tokens, ctx), sc)
+            # Day 13's call, given lists rather than tensors, outside inference mode (a C call has no autograd to turn off)
+            if (logits := self.decode_call.run(rows, tokens, ctx, any(s.sampling.params.greedy for s in sc))) is not None:
+                return self._sample(logits, sc, self.decode_call.best)
+        with torch.inference_mode():
+            input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)
+            logits = self.logits(input_ids, positions, meta, sample_idx)
+            return ModelRunnerOutput() if logits is None else self._sample(logits, samplers)
 
     def logits(self, input_ids: torch.Tensor, positions: torch.Tensor, meta, sample_idx: list[int]) -> torch.Tensor | None:
         """The forward of a prepared step, and logits [len(sample_idx), vocab] of its sampled rows (None when no row samples): float32, or
@@ -83,11 +90,11 @@ class ModelRunner:
             rows = torch.cat([rows, rows.new_zeros(_pad_to(len(sample_idx), INVARIANT_PAD) - len(sample_idx), rows.shape[1])])
         return self.model.compute_logits(rows)[:len(sample_idx)].cpu()
 
-    def _sample(self, logits: torch.Tensor, scheduled: list[ScheduledRequest]) -> ModelRunnerOutput:
+    def _sample(self, logits: torch.Tensor, scheduled: list[ScheduledRequest], best: list[int] | None = None) -> ModelRunnerOutput:
         states = [s.sampling for s in scheduled]
         stops = [stop_token_set(st.params, self.stop_ids) for st in states]
         raw = logits
         if rows := [i for i, st in enumerate(states) if st.matcher is not None]:     # structured output: only what each grammar allows
             logits = constrain(logits, rows, [states[i].matcher for i in rows], self.grammars, [stops[i] | self.stop_ids for i in rows])
-        drawn = sample(logits, states, stops, raw=raw if rows else None)           # logprobs: the model's own, mask or not
+        drawn = sample(logits, states, stops, raw=raw if rows else None, best=None if rows else best)   # logprobs: the model's own, mask or not
         return ModelRunnerOutput([s.request_id for s in scheduled], [t for t, _ in drawn], [lp for _, lp in drawn])

@@ -12,7 +12,7 @@ from .core import RequestError, c_library, named_in_profile
 
 # %% auto #0
 __all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'ARGMAX_C', 'SamplingParams', 'stop_token_set', 'check_request', 'apply_penalties',
-           'sample_row', 'argmax_kernel', 'rows_argmax', 'top_logprobs', 'plain_greedy', 'sample']
+           'sample_row', 'argmax_kernel', 'rows_argmax', 'nan_rows_argmax', 'top_logprobs', 'plain_greedy', 'sample']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
@@ -179,8 +179,11 @@ def rows_argmax(logits: torch.Tensor) -> list[int]:
     x, out = logits.contiguous(), torch.empty(logits.shape[0], dtype=torch.int64)
     f = lib.argmax_f32 if x.dtype == torch.float32 else lib.argmax_bf16
     with named_in_profile('nanoserve::argmax'): f(x.data_ptr(), x.shape[0], x.shape[1], out.data_ptr())
-    best = out.tolist()
-    return [int(x[i].float().argmax()) if b < 0 else b for i, b in enumerate(best)]
+    return nan_rows_argmax(x, out.tolist())
+
+def nan_rows_argmax(logits: torch.Tensor, best: list[int]) -> list[int]:
+    "The C kernel's argmaxes `best` of `logits`' rows, each -1 (a row holding a NaN) replaced by torch's argmax of that row, as `rows_argmax` returns them."
+    return [int(logits[i].float().argmax()) if b < 0 else b for i, b in enumerate(best)]
 
 
 # %% ../nbs/14_sampling.ipynb #9b6726cc
@@ -198,11 +201,13 @@ def plain_greedy(params: SamplingParams, output_ids: list[int], stop_ids: set[in
     return (params.greedy and not params.logit_bias and params.repetition_penalty == 1.0 and not params.presence_penalty
             and not params.frequency_penalty and not (len(output_ids) < params.min_tokens and stop_ids))
 
-def sample(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: torch.Tensor | None = None) -> list[tuple[int, dict | None]]:
+def sample(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: torch.Tensor | None = None,
+           best: list[int] | None = None) -> list[tuple[int, dict | None]]:
     """One (token, logprobs or None) per row of `logits` [rows, vocab] (float32, or bfloat16 from Day 13's decode call: each use widens it),
-    row i drawn for `requests[i]`; logprobs from `raw` when given (the model's own logits, before a grammar's mask)."""
+    row i drawn for `requests[i]`; logprobs from `raw` when given (the model's own logits, before a grammar's mask). `best`: the rows'
+    argmaxes as the C kernel gives them, already computed (Day 13's call computes them beside the logits), else computed here."""
     plain = [plain_greedy(req.params, req.output_token_ids, stops) for req, stops in zip(requests, stop_ids)]
-    best = rows_argmax(logits) if any(plain) else None       # every plain greedy row at once: an argmax per row
+    if any(plain): best = rows_argmax(logits) if best is None else nan_rows_argmax(logits, best)   # every plain greedy row at once
     out = []
     for i, (req, stops) in enumerate(zip(requests, stop_ids)):         # a row's view made only where it is read
         tok = best[i] if plain[i] else sample_row(logits[i], req.params, req.generator, req.prompt_token_ids, req.output_token_ids, stops)
