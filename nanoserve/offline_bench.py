@@ -160,17 +160,19 @@ def paired_bandwidth_share(engine: Engine, w: Workload, nbytes: int) -> dict:
     its own. Each probe is the memory's rate at that moment, so a VM whose bandwidth jumps between two levels from one second to the
     next (the fifteenth pass's) is divided out step by step, not by one reading taken before the run. Returns the run's output tok/s
     without the probes' time, the probes' median rate, and the share: tokens x mean probe time / run time. And the same for its
-    decode steps alone (those that computed one token), as llama-bench's generation figure and a server's TPOT leave the prompt
-    out: their tok/s and their share, their probes' time over their own."""
+    decode steps alone (those that computed one token for a request that had an output token already: not a 1-token prompt, the last
+    token of a chunked one, nor a prompt found whole in the prefix cache), as llama-bench's generation figure and a server's TPOT leave
+    the prompt out: their tok/s and their share, their probes' time over their own."""
     import statistics
     params = SamplingParams(temperature=0, max_tokens=w.output_len, ignore_eos=True)
     x = sum_buffer(nbytes); x.sum()
     step, probes, decodes = engine.step, [], []
     def probed():
+        decoding = [q for q in engine.scheduler.running if q.output_token_ids]       # requests past their prompt: the step decodes for them
         n, t = engine.num_computed_tokens, time.perf_counter()
         r = step()
         s, t = time.perf_counter() - t, time.perf_counter(); x.sum(); probes.append(time.perf_counter() - t)
-        if engine.num_computed_tokens - n == 1: decodes.append((s, probes[-1]))
+        if engine.num_computed_tokens - n == 1 and len(decoding) == 1: decodes.append((s, probes[-1]))
         return r
     engine.step = probed
     try:

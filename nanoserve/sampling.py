@@ -123,13 +123,14 @@ ARGMAX_C = r"""
 typedef float vf __attribute__((vector_size(64)));
 typedef int32_t vi __attribute__((vector_size(64)));
 typedef uint16_t vh __attribute__((vector_size(32)));
+typedef uint32_t vu __attribute__((vector_size(64)));
 
 /* Each row's argmax as torch.argmax finds it: the first index of the row's largest value.  A row holding a NaN gets -1
    (torch's answer there is the first NaN; the caller asks torch).  Sixteen lanes each keep their first largest value and its
    index; the row's answer is the smallest index among the lanes that hold the largest of them, then the tail, scalar. */
 static inline vf ld_f32(const float *p) { vf y; memcpy(&y, p, 64); return y; }
 static inline vf ld_bf16(const uint16_t *p) {                    /* bfloat16 is float32's top 16 bits: widened exactly */
-    vh h; memcpy(&h, p, 32); vi u = __builtin_convertvector(h, vi) << 16; vf y; memcpy(&y, &u, 64); return y;
+    vh h; memcpy(&h, p, 32); vu u = __builtin_convertvector(h, vu) << 16; vf y; memcpy(&y, &u, 64); return y;
 }
 static inline float one_f32(float x) { return x; }
 static inline float one_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
