@@ -2,7 +2,8 @@
 """The part of a batch-1 decode step outside Day 13's C call (Python: scheduling, the call's own wrapper, sampling, detokenizing),
 as the runner now hands the step to the call (`DecodeCall.run`: three lists of integers, the argmax computed in C beside the logits;
 the eighteenth pass) and as it did before (`prepare_inputs` and Day 12's metadata as tensors, then `DecodeCall.__call__`, then
-`rows_argmax`: the seventeenth pass), in alternating rounds of steps on one engine, sorted by the memory's phase.
+`rows_argmax`: the seventeenth pass), and as now but with Day 10's slot-table entry written by PyTorch's indexed assignment rather
+than through NumPy, in alternating rounds of steps on one engine, sorted by the memory's phase.
 
     python bench/batch1_outside_call.py --rounds 100
 
@@ -30,7 +31,7 @@ def main():
     ap.add_argument('--model', default=None); ap.add_argument('--rounds', type=int, default=100); ap.add_argument('--steps', type=int, default=10)
     ap.add_argument('--out', default='bench/results')
     args = ap.parse_args()
-    need = 128 + 20 + 2 * (args.rounds + 2) * args.steps + 1    # the prompt, the warm-up and every timed step: the request never ends
+    need = 128 + 20 + 3 * (args.rounds + 2) * args.steps + 1    # the prompt, the warm-up and every timed step of 3 arms: the request never ends
     eng = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), EngineConfig(dtype='bfloat16', max_batch_size=1, max_model_len=need),
                        batch=PersistentBatch)
     call = eng.runner.decode_call
@@ -43,8 +44,8 @@ def main():
                 t = time.perf_counter(); r = f(*a); inside[0] += time.perf_counter() - t; return r
             return timed
     call.lib = Timed()
-    run = call.run
-    arms = {'rows (now)': run, 'metadata (17th pass)': lambda *a, **k: None}
+    run, numpy_view = call.run, eng.cache._slots_np
+    arms = {'rows (now)': (run, numpy_view), 'rows, slot via torch': (run, eng.cache.slots), 'metadata (17th pass)': (lambda *a, **k: None, numpy_view)}
     eng.add_request(torch.randint(3, 40000, (128,), generator=torch.Generator().manual_seed(0)).tolist(),
                     SamplingParams(temperature=0, max_tokens=10**6, ignore_eos=True))
     for _ in range(20): eng.step()
@@ -52,15 +53,15 @@ def main():
     def steps(a):
         def f():
             assert eng.has_unfinished(), 'the request ended: every step must be a decode'
-            call.run = arms[a]; inside[0] = 0.0
+            call.run, eng.cache._slots_np = arms[a]; inside[0] = 0.0
             t = time.perf_counter()
             for _ in range(args.steps): eng.step()
             outside[a].append(((time.perf_counter() - t) - inside[0]) / args.steps)
         return f
     nbytes = weight_bytes(eng.model); x = sum_buffer(nbytes)
     try: by_phase = alternate_by_phase({a: steps(a) for a in arms}, args.rounds, x.sum, nbytes)
-    finally: call.run = run
-    assert call.run is run and eng.runner.decode_call is call
+    finally: call.run, eng.cache._slots_np = run, numpy_view
+    assert call.run is run and eng.runner.decode_call is call and eng.cache._slots_np is numpy_view
     mach, rows = machine(), []
     allout = {a: 1e3 * statistics.median(v[1:]) for a, v in outside.items()}      # the first was the warm-up call
     for phase, (n, med) in by_phase.items():

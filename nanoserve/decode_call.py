@@ -197,6 +197,9 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
         if not all(_own(p, dt) for p in (a.qkv_proj, a.o_proj, m.gate_up_proj, m.down_proj)): return f'a projection is not {kernel} (quantized, sharded, or --no-amx-linear)'
         if not all(type(n) is FastRMSNorm and n.eps == model.model.norm.eps for n in (layer.input_layernorm, layer.post_attention_layernorm)):
             return "a layer's norms are not Day 06's kernel with the model's epsilon"
+    emb, slots = model.model.embed_tokens.weight, cache.slots
+    if not (emb.is_contiguous() and emb.shape[1] == cfg.hidden_size and slots.dtype == torch.int32 and slots.is_contiguous()):
+        return "its embedding table or the cache's slot table is not laid out as the call reads them (contiguous; int32 slots)"
     if cfg.head_dim not in DECODE_KERNEL_HEAD_SIZES or cfg.hidden_size % 16: return f"Day 12's attention kernel has no version for head size {cfg.head_dim}"
     product = ('bfloat16 product (AMX or AVX512-BF16)', amx_kernel()) if dt == torch.bfloat16 else ('float32 product', f32_kernel())
     for name, lib in (product, ('small operators', elementwise_kernel()), ('decode attention', decode_kernel()), ('decode call', decode_call_kernel())):
@@ -229,8 +232,7 @@ class DecodeCall:
                              1 / math.sqrt(cfg.head_dim), _ptr(model.rotary.cos), _ptr(model.rotary.sin), _ptr(model.model.norm.weight),
                              packed(model.lm_head), _ptr(model.lm_head.bias), self._layers)
         self._args = ctypes.byref(self._kernels), ctypes.byref(self._model)
-        emb, slots = model.model.embed_tokens.weight, cache.slots
-        assert emb.is_contiguous() and emb.shape[1] == cfg.hidden_size and slots.dtype == torch.int32 and slots.is_contiguous()
+        emb, slots = model.model.embed_tokens.weight, cache.slots          # laid out as `decode_rows` reads them (decode_call_refusal)
         self._lists = [(ctypes.c_int64 * self.max_rows)() for _ in range(4)]      # `run`'s tokens, rows, contexts and argmaxes, reused every step
         self.argmax, self.best = argmax, None
         self._out = cfg.vocab_size, model.dtype                                    # the logits' width and dtype, read once
@@ -239,7 +241,8 @@ class DecodeCall:
 
     def _check_pools(self):
         if (self.cache.k.data_ptr(), self.cache.v.data_ptr()) != self._pools: raise RuntimeError("the KV pools moved since the decode call was made")
-        if self.cache.slots.data_ptr() != self._table[0]: raise RuntimeError("the slot table moved since the decode call was made")
+        if (self.cache.slots.data_ptr(), self.model.model.embed_tokens.weight.data_ptr()) != (self._table[0], self._rows_args[0]):
+            raise RuntimeError("the slot table or the embedding moved since the decode call was made")
 
     def _raise(self, rc: int):
         if rc == 3: raise IndexError(f"a position is outside the rotary table's {self.model.rotary.cos.shape[0]} positions")
@@ -267,14 +270,14 @@ class DecodeCall:
         it decodes, and its context with that token (positions, slots and windows are read from the cache's slot table in C); None
         where R is 0 or past `max_rows`. With `argmax` (and the kernel's address given), `best` is then each row's argmax, -1 for a
         row holding a NaN (else None)."""
-        R = len(rows)
+        R, self.best = len(rows), None
         if not 0 < R <= self.max_rows: return None
         if len(tokens) != R or len(context_lens) != R:
             raise ValueError(f"{R} rows, {len(tokens)} tokens and {len(context_lens)} contexts: give one of each per row")
         self._check_pools()
         tok, row, ctx, best = self._lists
         tok[:R], row[:R], ctx[:R] = tokens, rows, context_lens
-        am, self.best = (self.argmax, ctypes.addressof(best)) if argmax and self.argmax else (None, None), None
+        am = (self.argmax, ctypes.addressof(best)) if argmax and self.argmax else (None, None)
         logits = torch.empty(R, self._out[0], dtype=self._out[1])
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_rows(*self._args, *self._rows_args, R, *self._table, logits.data_ptr(), torch.get_num_threads(), *am)

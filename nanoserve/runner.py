@@ -70,7 +70,8 @@ class ModelRunner:
             if self.decode_path is not None:
                 with torch.inference_mode(): return self._sample(self.decode_path.run(rows, tokens, ctx), sc)
             # Day 13's call, given lists rather than tensors, outside inference mode (a C call has no autograd to turn off)
-            if (logits := self.decode_call.run(rows, tokens, ctx, any(s.sampling.params.greedy for s in sc))) is not None:
+            greedy = any(s.sampling.params.greedy and s.sampling.matcher is None for s in sc)     # a row the argmax may serve
+            if (logits := self.decode_call.run(rows, tokens, ctx, greedy)) is not None:
                 return self._sample(logits, sc, self.decode_call.best)
         with torch.inference_mode():
             input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)

@@ -246,6 +246,27 @@ def test_decode_call_gives_the_layers_tokens_and_logprobs(default_model, dtype):
         assert [o.token_ids for o in a] == [o.token_ids for o in b] and [o.logprobs for o in a] == [o.logprobs for o in b]
     assert len(taken) >= 4 * 23 and 4 in taken and 1 in taken       # decodes of the batch of four and of each prompt alone went through it
 
+def test_decode_call_argmax_serves_greedy_rows_not_grammar_rows(default_model, monkeypatch):
+    "Day 18 hands a greedy decode step to Day 13's `run` with the argmax computed in C (Day 14's `rows_argmax` is not called again), and not a step whose row has a grammar, whose argmax must be of the masked logits."
+    from nanoserve.f32_linear import f32_kernel
+    from nanoserve.grammar import Structured
+    import nanoserve.sampling as S
+    if f32_kernel() is None: pytest.skip("this CPU has neither AVX-512F nor AVX2: a float32 decode step is not one call here (Day 13's decode_call_refusal)")
+    path = default_model                     # the tiny models' head size (8) has no decode-attention kernel, so no call
+    eng, ref = Engine.build(path, config=EngineConfig(dtype='float32')), Engine.build(path, config=EngineConfig(dtype='float32', decode_call=False))
+    assert eng.runner.decode_call is not None, eng.runner.decode_call_off
+    calls, real = [], S.rows_argmax
+    monkeypatch.setattr(S, 'rows_argmax', lambda x: calls.append(len(x)) or real(x))
+    taken = counting(eng.runner)
+    plain = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    got = eng.generate([[5, 6, 7]], plain, use_tqdm=False)[0]
+    assert len(taken) == 11 and calls == [1]              # 11 decodes through the call, whose argmax served them; only the prefill asked Day 14
+    assert got.token_ids == ref.generate([[5, 6, 7]], plain, use_tqdm=False)[0].token_ids
+    calls.clear(); taken.clear()
+    shaped = SamplingParams(temperature=0, max_tokens=12, structured=Structured.json_schema({'type': 'object'}))
+    got = eng.generate([[5, 6, 7]], shaped, use_tqdm=False)[0]
+    assert len(taken) >= 1 and len(calls) == len(taken) + 1      # a grammar's row: Day 14's argmax of the masked logits at every step
+    assert got.token_ids == ref.generate([[5, 6, 7]], shaped, use_tqdm=False)[0].token_ids
 def test_decode_call_is_off_where_it_does_not_apply(tiny):
     "The runner says why it runs the layers: float32 products by oneDNN, the batch-invariant mode, the flag, the decode kernel off; and each still generates."
     path = tiny('llama_tied_gqa')
