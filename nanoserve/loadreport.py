@@ -12,7 +12,8 @@ from .loadgen import LoadRun, RequestRecord, Watch
 
 # %% auto #0
 __all__ = ['PERCENTILES', 'METRICS', 'NAMES', 'percentile', 'Dist', 'output_tokens', 'latencies', 'ConcurrencyReading',
-           'read_concurrency', 'hit_rate', 'LoadReport', 'table', 'write_csv', 'plot_reports']
+           'read_concurrency', 'hit_rate', 'throughput_ceiling', 'ceiling_ratio', 'LoadReport', 'table', 'write_csv',
+           'plot_reports']
 
 # %% ../nbs/41_loadreport.ipynb #9a1d17df
 PERCENTILES = (50, 90, 99)
@@ -100,6 +101,20 @@ def hit_rate(records) -> float | None:
     if not records or any(r.cached_tokens is None or not r.prompt_tokens for r in records): return None
     return sum(r.cached_tokens for r in records) / sum(r.prompt_tokens for r in records)
 
+def throughput_ceiling(run: LoadRun, tokens: int) -> float | None:
+    """The most output tokens a second any server could show on an open-loop run that produced `tokens`: a run's duration starts at
+    its first send and cannot end before its last, so even a server that answered every request at once shows at most `tokens` over
+    the time between them. None for a crowd, where every request leaves at once and nothing but the server bounds the duration."""
+    sent = [r.sent for r in run.records if r.sent is not None]
+    if run.mode == 'crowd' or len(sent) < 2 or max(sent) <= min(sent): return None
+    return tokens / (max(sent) - min(sent))
+
+def ceiling_ratio(ours: LoadReport, peer: LoadReport) -> float | None:
+    """The largest ratio of output throughput any server could show against `peer` on the plan of two open-loop runs of it: the more
+    generous of the two runs' `throughput_ceiling` over the peer's throughput. None for a crowd."""
+    caps = [r.throughput_ceiling for r in (ours, peer) if r.throughput_ceiling]
+    return max(caps) / peer.output_throughput if caps else None
+
 METRICS = ('ttft', 'itl', 'tpot', 'e2e')
 NAMES = {'ttft': 'Time to first token', 'itl': 'Inter-token latency', 'tpot': 'Time per output token (excl. 1st)', 'e2e': 'End-to-end latency'}
 
@@ -128,6 +143,7 @@ class LoadReport:
     samples: dict = field(default_factory=dict, repr=False, compare=False)   # metric -> per-request seconds (the CDFs)
     errors: tuple = field(default=(), repr=False)                             # first few error messages
     prefix_cache_hit_rate: float | None = None    # cached / prompt tokens of the completed requests, where the server's usage says (Day 9)
+    throughput_ceiling: float | None = None       # open loop: output tokens over the seconds from the first send to the last (no server shows more)
 
     @classmethod
     def of(cls, run: LoadRun, label: str | None = None) -> LoadReport:
@@ -137,7 +153,7 @@ class LoadReport:
         return cls(label or run.label or run.mode, run.plan.name, run.plan.fingerprint, run.mode, None if run.mode == 'crowd' else run.plan.rate,
                    len(run.records), len(ok), len(run.records) - len(ok), d, p_tok, o_tok, len(ok) / d, o_tok / d, (p_tok + o_tok) / d,
                    *(Dist.of(lat[m]) for m in METRICS), read_concurrency(run.records, run.watch), lat,
-                   tuple(r.error for r in run.records if r.error)[:5], hit_rate(ok))
+                   tuple(r.error for r in run.records if r.error)[:5], hit_rate(ok), throughput_ceiling(run, o_tok))
 
 # %% ../nbs/41_loadreport.ipynb #76adfc7a
 @patch
@@ -150,7 +166,8 @@ def as_dict(self: LoadReport) -> dict:
         d |= {f'{m}_mean_ms': 1e3 * dist.mean} | {f'{m}_p{q}_ms': 1e3 * getattr(dist, f'p{q}') for q in PERCENTILES}
     c = self.concurrency
     return d | {'peak_running': c.peak_running, 'peak_in_flight': c.peak_in_flight, 'peak_streaming': c.peak_streaming, 'concurrency': c.verdict,
-                'prefix_cache_hit_rate': self.prefix_cache_hit_rate}
+                'prefix_cache_hit_rate': self.prefix_cache_hit_rate,
+                'output_throughput_ceiling': self.throughput_ceiling}
 
 @patch
 def render(self: LoadReport) -> str:

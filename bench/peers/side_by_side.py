@@ -15,13 +15,15 @@ a server's crowd and the other's are then seconds apart, not a whole server's ru
 other servers are waited on until they are quiet (vLLM's threads keep spinning for a second or so after its last request),
 and their CPU time during the run (their whole process sessions, read from /proc) is written beside the results, so a server
 that burns CPU while idle, and slows the other, shows.
+At each rate the text also gives the most any server could show against the peer on that plan (Day 41's `ceiling_ratio`: a run
+cannot end before its last request is sent).
 Writes OUT/plan.json, OUT/<server>[.roundK].{csv,png,runs.jsonl}, OUT/side_by_side.{csv,png,txt}. Not part of CI: vLLM
 takes minutes to start and lives in its own venv (bench/peers/install_vllm.sh).
 """
 import argparse, contextlib, os, statistics, sys, time
 from pathlib import Path
 from nanoserve.loadgen import make_plan, spawn_server, free_port, nanoserve_command, parse_lengths
-from nanoserve.loadreport import LoadReport, table, write_csv, plot_reports
+from nanoserve.loadreport import LoadReport, table, write_csv, plot_reports, ceiling_ratio
 from nanoserve.servebench import bench_serve, save_runs
 from nanoserve.pull import resolve_model
 from nanoserve.tokenizer import Tokenizer
@@ -92,6 +94,10 @@ def metric(report: LoadReport, m: str) -> float:
     if m == 'out': return report.output_throughput
     dist, q = m.split('_')
     return 1e3 * getattr(getattr(report, dist), q)
+
+def ceiling_text(a: LoadReport, b: LoadReport, peer: str) -> str:
+    c = ceiling_ratio(a, b)
+    return '' if c is None else f"; no server could show more than {c:.2f}x {peer} on this plan (its last send bounds the run)"
 
 def servers(args, path, name, ncpu):
     "name -> (command builder of a port, extra env)."
@@ -171,14 +177,16 @@ def main():
                 lines.append(f"round {k + 1}, {mode(ra)}: identical texts {same}/{len(ra.texts)}; output tok/s {names[0]}/{names[1]} = "
                              f"{pa.output_throughput / pb.output_throughput:.2f}x ({pa.output_throughput:.1f} vs {pb.output_throughput:.1f}); "
                              f"TPOT p50 {1e3 * pa.tpot.p50:.0f} vs {1e3 * pb.tpot.p50:.0f} ms; ITL p99 {1e3 * pa.itl.p99:.0f} vs {1e3 * pb.itl.p99:.0f} ms; "
-                             f"TTFT p50 {1e3 * pa.ttft.p50:.0f} vs {1e3 * pb.ttft.p50:.0f} ms")
+                             f"TTFT p50 {1e3 * pa.ttft.p50:.0f} vs {1e3 * pb.ttft.p50:.0f} ms" + ceiling_text(pa, pb, names[1]))
         if args.repeats > 1:
             lines += ['', f'medians over the {args.repeats} rounds:']
             for i, r0 in enumerate(rounds[0][names[0]]):
                 med = {n: {m: statistics.median(metric(LoadReport.of(rnd[n][i]), m) for rnd in rounds) for m in METRICS} for n in names}
                 a, b = med[names[0]], med[names[1]]
+                caps = [ceiling_ratio(LoadReport.of(rnd[names[0]][i]), LoadReport.of(rnd[names[1]][i])) for rnd in rounds]
                 lines.append(f"{mode(r0)}: output tok/s {a['out']:.1f} vs {b['out']:.1f} = {a['out'] / b['out']:.2f}x; TPOT p50 {a['tpot_p50']:.0f} vs "
-                             f"{b['tpot_p50']:.0f} ms; ITL p99 {a['itl_p99']:.0f} vs {b['itl_p99']:.0f} ms; TTFT p50 {a['ttft_p50']:.0f} vs {b['ttft_p50']:.0f} ms")
+                             f"{b['tpot_p50']:.0f} ms; ITL p99 {a['itl_p99']:.0f} vs {b['itl_p99']:.0f} ms; TTFT p50 {a['ttft_p50']:.0f} vs {b['ttft_p50']:.0f} ms"
+                             + ('' if None in caps else f"; the most any server could show against {names[1]}: {statistics.median(caps):.2f}x (median of the rounds)"))
     if idle: lines += ['', "the idle servers' CPU time during each run:"] + idle
     text = '\n'.join(lines)
     (out/'side_by_side.txt').write_text(text + '\n')
