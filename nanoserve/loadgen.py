@@ -306,7 +306,7 @@ class LoadRun:
     base_url: str
     model: str
     records: list[RequestRecord]
-    duration: float                    # seconds from the first send to the last stream's end
+    duration: float                    # seconds from the run's start (its first arrival, at 0) to the last stream's end
     watch: Watch
     server_before: str | None = None   # server identity before and after: different means it restarted
     server_after: str | None = None

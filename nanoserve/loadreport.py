@@ -102,18 +102,21 @@ def hit_rate(records) -> float | None:
     return sum(r.cached_tokens for r in records) / sum(r.prompt_tokens for r in records)
 
 def throughput_ceiling(run: LoadRun, tokens: int) -> float | None:
-    """The most output tokens a second any server could show on an open-loop run that produced `tokens`: a run's duration starts at
-    its first send and cannot end before its last, so even a server that answered every request at once shows at most `tokens` over
-    the time between them. None for a crowd, where every request leaves at once and nothing but the server bounds the duration."""
+    """The most output tokens a second any server could show on an open-loop run that produced `tokens`: a run's duration counts
+    from its start (its first arrival is at 0) and cannot end before its last send, so even a server that answered every request
+    at once shows at most `tokens` over the time of the last send. None for a crowd, where every request leaves at once and
+    nothing but the server bounds the duration, and for a run with no send after its start."""
     sent = [r.sent for r in run.records if r.sent is not None]
-    if run.mode == 'crowd' or len(sent) < 2 or max(sent) <= min(sent): return None
-    return tokens / (max(sent) - min(sent))
+    if run.mode == 'crowd' or not sent or max(sent) <= 0: return None
+    return tokens / max(sent)
 
 def ceiling_ratio(ours: LoadReport, peer: LoadReport) -> float | None:
     """The largest ratio of output throughput any server could show against `peer` on the plan of two open-loop runs of it: the more
-    generous of the two runs' `throughput_ceiling` over the peer's throughput. None for a crowd."""
+    generous of the two runs' `throughput_ceiling` (they differ only by when the client sent) over the peer's throughput. None for
+    a crowd, or when the peer delivered nothing; a ValueError for runs of two different plans."""
+    if ours.fingerprint != peer.fingerprint: raise ValueError(f"ceiling_ratio compares runs of one plan: got plans {ours.fingerprint} and {peer.fingerprint}")
     caps = [r.throughput_ceiling for r in (ours, peer) if r.throughput_ceiling]
-    return max(caps) / peer.output_throughput if caps else None
+    return max(caps) / peer.output_throughput if caps and peer.output_throughput > 0 else None
 
 METRICS = ('ttft', 'itl', 'tpot', 'e2e')
 NAMES = {'ttft': 'Time to first token', 'itl': 'Inter-token latency', 'tpot': 'Time per output token (excl. 1st)', 'e2e': 'End-to-end latency'}

@@ -3,8 +3,8 @@
 
     python bench/peers/rate_ceiling.py bench/results/*/peers* --out bench/results/nineteenth_pass
 
-An open-loop run cannot end before its last request is sent, so its output throughput is at most its tokens over the seconds
-from its first send to its last (Day 41's `throughput_ceiling`). Over the peer's measured throughput in the same round, that is
+An open-loop run's duration counts from its start and cannot end before its last request is sent, so its output throughput
+is at most its tokens over the time of its last send (Day 41's `throughput_ceiling`). Over the peer's measured throughput in the same round, that is
 the largest ratio any server, however fast, could have reached against the peer on that plan (Day 41's `ceiling_ratio`).
 Reads DIR/<server>.roundK.runs.jsonl (or DIR/<server>.runs.jsonl for one round) of every DIR given; writes OUT/rate_ceiling.{csv,txt}.
 """
@@ -27,10 +27,10 @@ def rows_of(d: Path, ours: str = 'nanoserve', peer: str = 'vllm') -> list[dict]:
         if not g.exists(): continue
         k = f.name.split('.round')[1].split('.')[0] if '.round' in f.name else '1'
         for a, b in zip(map(LoadReport.of, load_runs(f)), map(LoadReport.of, load_runs(g))):
-            if a.mode == 'crowd': continue
+            if a.mode == 'crowd' or (c := ceiling_ratio(a, b)) is None: continue     # (ceiling_ratio refuses runs of two plans)
             rows.append({'dir': str(d), 'round': int(k), 'rate': a.rate, f'{ours}_out_tok_s': round(a.output_throughput, 2),
                          f'{peer}_out_tok_s': round(b.output_throughput, 2), 'ratio': round(a.output_throughput / b.output_throughput, 3),
-                         'ceiling_ratio': round(ceiling_ratio(a, b), 3), 'machine': machine_of(d)})
+                         'ceiling_ratio': round(c, 3), 'machine': machine_of(d)})
     return rows
 
 def main():
