@@ -146,7 +146,7 @@ class LoadReport:
     samples: dict = field(default_factory=dict, repr=False, compare=False)   # metric -> per-request seconds (the CDFs)
     errors: tuple = field(default=(), repr=False)                             # first few error messages
     prefix_cache_hit_rate: float | None = None    # cached / prompt tokens of the completed requests, where the server's usage says (Day 9)
-    throughput_ceiling: float | None = None       # open loop: output tokens over the seconds from the first send to the last (no server shows more)
+    throughput_ceiling: float | None = None       # open loop: output tokens over the time of the last send (no server shows more)
 
     @classmethod
     def of(cls, run: LoadRun, label: str | None = None) -> LoadReport:
