@@ -14,9 +14,10 @@ from .core import c_library, c_library_error, named_in_profile
 from .prefill_kernel import kernel_prefill_attention
 
 # %% auto #0
-__all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'DECODE_KERNEL_HEAD_SIZES', 'INVARIANT_BLOCK', 'INVARIANT_PAD', 'SeqChunk',
-           'AttentionMetadata', 'build_metadata', 'window_attention', 'chunk_attention', 'decode_slots',
-           'PagedAttention', 'decode_kernel', 'decode_kernel_error', 'kernel_attention', 'InvariantPagedAttention']
+__all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'DECODE_KERNEL_HEAD_SIZES', 'TOKEN_BLOCK', 'INVARIANT_BLOCK',
+           'INVARIANT_PAD', 'SeqChunk', 'AttentionMetadata', 'build_metadata', 'window_attention', 'chunk_attention',
+           'decode_slots', 'PagedAttention', 'decode_kernel', 'decode_kernel_error', 'kernel_attention',
+           'token_attention', 'blocked_token_attention', 'InvariantPagedAttention']
 
 # %% ../nbs/12_attention.ipynb #2c0509f4
 @dataclass
@@ -198,6 +199,23 @@ static inline vf sum16(const float *p) {
 }
 static inline vf vmax(vf a, vf b) { vu m = (vu)(b > a); vu r = ((vu)b & m) | ((vu)a & ~m); vf x; memcpy(&x, &r, 64); return x; }   /* lanewise */
 
+/* A head's softmax over its n scores, unnormalised: exp(s - max) in place, and 1 / their sum returned. One function,
+   never inlined, so that every caller (a decode's row, a prefill chunk's rows) runs the same instructions and a
+   token's weights have the same bits in each (the vectorised sum's order is the compiler's to choose, once). */
+__attribute__((noinline)) static float softmax_(float *sg, int64_t n) {
+    float m = -INFINITY, l = 0.f;
+    int64_t t16 = n / 16 * 16;
+    if (t16) {                                 /* the largest score, 16 lanes at a time */
+        vf mv = ld_f32(sg);
+        for (int64_t t = 16; t < t16; t += 16) mv = vmax(mv, ld_f32(sg + t));
+        for (int i = 0; i < 16; i++) m = mv[i] > m ? mv[i] : m;
+    }
+    for (int64_t t = t16; t < n; t++) m = sg[t] > m ? sg[t] : m;
+    _Pragma("omp simd reduction(+:l)")
+    for (int64_t t = 0; t < n; t++) { float e = sg[t] - m; sg[t] = e < -80.f ? 0.f : expf(e); l += sg[t]; }
+    return 1.f / l;      /* (below e^-80 a weight is 0: no denormals, slow and changing no bit of the sum) */
+}
+
 /* The next row's window, asked of the memory while this row computes (the fifteenth pass): a cursor over its held keys' K rows,
    then their V rows, NEXT_LINES cache lines at every key of this row's loops (both passes, every head), into L2 (prefetcht1).
    This row runs 2 * KVH loops over its keys and the next row has about as many keys, so the whole next window is asked for in
@@ -262,19 +280,7 @@ static inline __attribute__((always_inline)) void NAME##_body(const T *q, const 
                 for (int b = 0; b < gn; b++) s[(g0 + b) * S + t] = hsum(ld_f32(part + (b * 16 + (t & 15)) * 16));                     \
         }                                                                                                                             \
     float inv[H];                                                                                                                     \
-    for (int64_t g = whole ? 0 : ga; g < (whole ? H : gb); g++) {            /* softmax, unnormalised: exp(s - max) and its sum */    \
-        float *sg = s + g * S, m = -INFINITY, l = 0.f;                                                                                \
-        int64_t t16 = n / 16 * 16;                                                                                                    \
-        if (t16) {                                 /* the largest score, 16 lanes at a time */                                        \
-            vf mv = ld_f32(sg);                                                                                                       \
-            for (int64_t t = 16; t < t16; t += 16) mv = vmax(mv, ld_f32(sg + t));                                                     \
-            for (int i = 0; i < 16; i++) m = mv[i] > m ? mv[i] : m;                                                                   \
-        }                                                                                                                             \
-        for (int64_t t = t16; t < n; t++) m = sg[t] > m ? sg[t] : m;                                                                  \
-        _Pragma("omp simd reduction(+:l)")                                                                                            \
-        for (int64_t t = 0; t < n; t++) { float e = sg[t] - m; sg[t] = e < -80.f ? 0.f : expf(e); l += sg[t]; }                       \
-        inv[g] = 1.f / l;           /* (below e^-80 a weight is 0: no denormals, which would be slow and change no bit of the sum) */ \
-    }                                                                                                                                 \
+    for (int64_t g = whole ? 0 : ga; g < (whole ? H : gb); g++) inv[g] = softmax_(s + g * S, n);                      \
     for (int64_t h = whole ? 0 : ga / G; whole ? h < KVH : h * G < gb; h++)      /* the weighted sum of V */                          \
         for (int64_t lo = whole || h * G > ga ? h * G : ga, hi = whole || (h + 1) * G < gb ? (h + 1) * G : gb, g0 = lo; g0 < hi; g0 += QB) {\
             int64_t gn = hi - g0 < QB ? hi - g0 : QB;                                                                                 \
@@ -302,8 +308,87 @@ static void NAME##_part(const T *q, const T *k, const T *v, const int64_t *slots
                  int64_t H, int64_t KVH, float scale, float *part, float *s, int64_t S, int64_t ga, int64_t gb) {                     \
     NAME##_body(q, k, v, slots, n, new_k, new_v, out, H, KVH, scale, part, s, S, 0, ga, gb, 0);                                       \
 }
+#define QT 8                     /* rows a block of ROWS_OF takes */
+/* qt (up to QT) rows of one sequence, each a token over the keys at its positions: row i reads the first n[i] slots.
+   Every row's arithmetic is the decode row's above, key by key and head by head (the same products, the same sum16
+   and hsum, softmax_, the same sums of V in key order), so a prefill token's bits are those it gets as a decode. What
+   changes is the loops' order: the keys go in groups of 16, each group's K (then V) vectors widened to float32 once
+   into kx, and every row of the block takes the group from there with its own queries (or sums) in registers. part:
+   QT * QB * 256 floats, s: QT * H * S. */
+#define ROWS_OF(NAME, T, LD, ST, NV) \
+static void NAME##_rows(const T *q, const T *k, const T *v, const int64_t *slots, const int64_t *n, int64_t qt, \
+                        T *out, int64_t H, int64_t KVH, float scale, float *part, float *s, int64_t S) { \
+    enum { QB = NV <= 4 ? 4 : NV <= 8 ? 2 : 1 }; \
+    int64_t G = H / KVH, KD = KVH * 16 * NV, D = 16 * NV, most = 0; \
+    vf kx[16][NV], qv[QB][NV], acc[QT][QB][NV]; \
+    for (int64_t i = 0; i < qt; i++) most = n[i] > most ? n[i] : most; \
+    for (int64_t h = 0; h < KVH; h++) \
+        for (int64_t g0 = h * G; g0 < (h + 1) * G; g0 += QB) { \
+            int64_t gn = (h + 1) * G - g0 < QB ? (h + 1) * G - g0 : QB; \
+            for (int64_t t0 = 0; t0 < most; t0 += 16) { \
+                int64_t t1 = t0 + 16 < most ? t0 + 16 : most; \
+                for (int64_t t = t0; t < t1; t++) \
+                    for (int j = 0; j < NV; j++) kx[t - t0][j] = LD(k + slots[t] * KD + h * D + j * 16); \
+                for (int64_t i = 0; i < qt; i++) { \
+                    if (t0 >= n[i]) continue; \
+                    int64_t te = t1 < n[i] ? t1 : n[i]; \
+                    float *pi = part + i * QB * 256; \
+                    for (int b = 0; b < QB; b++) \
+                        for (int j = 0; j < NV; j++) \
+                            qv[b][j] = b < gn ? LD(q + i * H * D + ((g0 + b) * NV + j) * 16) * scale : (vf){0}; \
+                    for (int64_t t = t0; t < te; t++) \
+                        for (int b = 0; b < QB; b++) if (b < gn) { \
+                            vf d = qv[b][0] * kx[t - t0][0]; \
+                            for (int j = 1; j < NV; j++) d += qv[b][j] * kx[t - t0][j]; \
+                            st_f32(pi + (b * 16 + (t & 15)) * 16, d); \
+                        } \
+                    if (te == t0 + 16) \
+                        for (int b = 0; b < gn; b++) st_f32(s + (i * H + g0 + b) * S + t0, sum16(pi + b * 256)); \
+                } \
+            } \
+            for (int64_t i = 0; i < qt; i++) \
+                for (int64_t t = n[i] / 16 * 16; t < n[i]; t++) \
+                    for (int b = 0; b < gn; b++) \
+                        s[(i * H + g0 + b) * S + t] = hsum(ld_f32(part + i * QB * 256 + (b * 16 + (t & 15)) * 16)); \
+        } \
+    float inv[QT][H]; \
+    for (int64_t i = 0; i < qt; i++) \
+        for (int64_t g = 0; g < H; g++) inv[i][g] = softmax_(s + (i * H + g) * S, n[i]); \
+    for (int64_t h = 0; h < KVH; h++) \
+        for (int64_t g0 = h * G; g0 < (h + 1) * G; g0 += QB) { \
+            int64_t gn = (h + 1) * G - g0 < QB ? (h + 1) * G - g0 : QB; \
+            for (int64_t i = 0; i < qt; i++) \
+                for (int b = 0; b < QB; b++) for (int j = 0; j < NV; j++) acc[i][b][j] = (vf){0}; \
+            for (int64_t t0 = 0; t0 < most; t0 += 16) { \
+                int64_t t1 = t0 + 16 < most ? t0 + 16 : most; \
+                for (int64_t t = t0; t < t1; t++) \
+                    for (int j = 0; j < NV; j++) kx[t - t0][j] = LD(v + slots[t] * KD + h * D + j * 16); \
+                for (int64_t i = 0; i < qt; i++) { \
+                    if (t0 >= n[i]) continue; \
+                    int64_t te = t1 < n[i] ? t1 : n[i]; \
+                    vf a[QB][NV]; \
+                    for (int b = 0; b < QB; b++) for (int j = 0; j < NV; j++) a[b][j] = acc[i][b][j]; \
+                    for (int64_t t = t0; t < te; t++) \
+                        for (int b = 0; b < QB; b++) if (b < gn) { \
+                            float p = s[(i * H + g0 + b) * S + t]; \
+                            for (int j = 0; j < NV; j++) a[b][j] += p * kx[t - t0][j]; \
+                        } \
+                    for (int b = 0; b < QB; b++) for (int j = 0; j < NV; j++) acc[i][b][j] = a[b][j]; \
+                } \
+            } \
+            for (int64_t i = 0; i < qt; i++) \
+                for (int b = 0; b < gn; b++) \
+                    for (int j = 0; j < NV; j++) \
+                        ST(out + i * H * D + ((g0 + b) * NV + j) * 16, acc[i][b][j] * inv[i][g0 + b]); \
+        } \
+}
+
 #define ROWS(T, LD, ST, SUFFIX) ROW(row1_##SUFFIX, T, LD, ST, 1) ROW(row2_##SUFFIX, T, LD, ST, 2) ROW(row4_##SUFFIX, T, LD, ST, 4) \
-    ROW(row5_##SUFFIX, T, LD, ST, 5) ROW(row6_##SUFFIX, T, LD, ST, 6) ROW(row8_##SUFFIX, T, LD, ST, 8) ROW(row16_##SUFFIX, T, LD, ST, 16)
+    ROW(row5_##SUFFIX, T, LD, ST, 5) ROW(row6_##SUFFIX, T, LD, ST, 6) ROW(row8_##SUFFIX, T, LD, ST, 8) \
+    ROW(row16_##SUFFIX, T, LD, ST, 16) \
+    ROWS_OF(row1_##SUFFIX, T, LD, ST, 1) ROWS_OF(row2_##SUFFIX, T, LD, ST, 2) ROWS_OF(row4_##SUFFIX, T, LD, ST, 4) \
+    ROWS_OF(row5_##SUFFIX, T, LD, ST, 5) ROWS_OF(row6_##SUFFIX, T, LD, ST, 6) ROWS_OF(row8_##SUFFIX, T, LD, ST, 8) \
+    ROWS_OF(row16_##SUFFIX, T, LD, ST, 16)
 ROWS(float, ld_f32, st_f32, f32)
 ROWS(uint16_t, ld_bf16, st_bf16, bf16)
 
@@ -354,6 +439,40 @@ int NAME(const T *q, const T *k, const T *v, const int64_t *win, int64_t W, cons
 }
 DECODE(decode_attention_f32, float, f32)
 DECODE(decode_attention_bf16, uint16_t, bf16)
+
+/* A prefill chunk's R tokens of one sequence, whose slots are win, each attending as a decode row of its own with
+   ctx[r] keys (its position + 1): DECODE's bits for that row, computed QT rows at a time (ROWS_OF). The blocks go to
+   the threads in turn, as a later token has more keys. Returns 2 for a head size it has no version for, 1 when out of
+   memory. */
+#define TOKENS(NAME, T, SUFFIX) \
+int NAME(const T *q, const T *k, const T *v, const int64_t *win, const int64_t *ctx, T *out, int64_t R, int64_t H, \
+         int64_t KVH, int64_t D, float scale, int nthreads) { \
+    typedef void (*rows_fn)(const T *, const T *, const T *, const int64_t *, const int64_t *, int64_t, T *, int64_t, \
+                            int64_t, float, float *, float *, int64_t); \
+    rows_fn f = D == 16 ? row1_##SUFFIX##_rows : D == 32 ? row2_##SUFFIX##_rows : D == 64 ? row4_##SUFFIX##_rows : \
+                D == 80 ? row5_##SUFFIX##_rows : D == 96 ? row6_##SUFFIX##_rows : D == 128 ? row8_##SUFFIX##_rows : \
+                D == 256 ? row16_##SUFFIX##_rows : 0; \
+    if (!f || H % KVH) return 2; \
+    int64_t S = 1; \
+    for (int64_t r = 0; r < R; r++) S = ctx[r] > S ? ctx[r] : S; \
+    S = (S + 15) / 16 * 16; \
+    int64_t per = QT * (1024 + H * S), blocks = (R + QT - 1) / QT; \
+    float *scratch = malloc(sizeof(float) * per * (nthreads < 1 ? 1 : nthreads)); \
+    if (!scratch) return 1; \
+    _Pragma("omp parallel num_threads(nthreads)") \
+    { \
+        int t = omp_get_thread_num(), nt = omp_get_num_threads(); \
+        float *own = scratch + t * per; \
+        for (int64_t b = t; b < blocks; b += nt) { \
+            int64_t r = b * QT, qt = R - r < QT ? R - r : QT; \
+            f(q + r * H * D, k, v, win, ctx + r, qt, out + r * H * D, H, KVH, scale, own, own + QT * 1024, S); \
+        } \
+    } \
+    free(scratch); \
+    return 0; \
+}
+TOKENS(token_attention_f32, float, f32)
+TOKENS(token_attention_bf16, uint16_t, bf16)
 """
 # -march=native: this CPU's widest vectors (the library is keyed by the CPU's flags); -fopenmp: PyTorch's OpenMP threads (Day 00).
 # -ffp-contract=fast: a*b+c as one FMA (the sixth pass: fewer operations a key, one rounding fewer).
@@ -361,10 +480,15 @@ DECODE(decode_attention_bf16, uint16_t, bf16)
 DECODE_KERNEL_FLAGS = ('-O3', '-march=native', '-ffp-contract=fast', '-fno-trapping-math', '-fno-math-errno', '-fopenmp', '-fPIC', '-shared', '-std=c11')
 DECODE_KERNEL_HEAD_SIZES = (16, 32, 64, 80, 96, 128, 256)      # the head sizes it has a version for
 
+TOKEN_BLOCK = 8          # tokens the chunk entry (`token_attention_*`) computes together: QT in the kernel
+
 def _declare(lib):
     for f in (lib.decode_attention_f32, lib.decode_attention_bf16):
         f.restype = ctypes.c_int
         f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_float, ctypes.c_int]
+    for f in (lib.token_attention_f32, lib.token_attention_bf16):
+        f.restype = ctypes.c_int
+        f.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 4 + [ctypes.c_float, ctypes.c_int]
 
 def decode_kernel():
     """The decode-attention kernel, compiled on first use with the system's C compiler (`$CC`, else `cc`) into nanoserve's cache and
@@ -396,35 +520,89 @@ def kernel_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: t
     if failed: raise MemoryError("the decode-attention kernel could not allocate its scratch")
     return out
 
+def token_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, seq: torch.Tensor,
+                    context: torch.Tensor) -> torch.Tensor | None:
+    """A prefill chunk's tokens (q [n, heads, D]; their sequence's keys at `seq`, [L] int64 slots of the
+    pools), each attending as a decode row of its own to its first `context[i]` keys (its position + 1):
+    `kernel_attention`'s bits for that row, `TOKEN_BLOCK` tokens at a time where there are enough (the
+    kernel's `token_attention_*`), else as decode rows over one shared window. None where the kernel does
+    not apply, as for `kernel_attention`."""
+    lib = decode_kernel() if q.device.type == 'cpu' and q.dtype in (torch.float32, torch.bfloat16) else None
+    if lib is None or not (kc.is_contiguous() and vc.is_contiguous() and kc.dtype == vc.dtype == q.dtype): return None
+    R, H, D = q.shape
+    seq, context, q = seq.contiguous(), context.to(torch.int64).contiguous(), q.contiguous()
+    out, bf, threads, scale = torch.empty_like(q), q.dtype == torch.bfloat16, torch.get_num_threads(), 1 / math.sqrt(D)
+    with named_in_profile('nanoserve::token_attention_kernel'):
+        if R >= 2 * TOKEN_BLOCK:                          # blocks of tokens, a block a thread at a time
+            f = lib.token_attention_bf16 if bf else lib.token_attention_f32
+            failed = f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), seq.data_ptr(), context.data_ptr(), out.data_ptr(),
+                       R, H, kc.shape[1], D, scale, threads)
+        else:                                     # too few for a block each: decode rows, all reading `seq` (W = 0)
+            f = lib.decode_attention_bf16 if bf else lib.decode_attention_f32
+            failed = f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), seq.data_ptr(), 0, context.data_ptr(), None, None,
+                       out.data_ptr(), R, H, kc.shape[1], D, scale, threads)
+    if failed == 2: return None
+    if failed: raise MemoryError("the decode-attention kernel could not allocate its scratch")
+    return out
+
+
 # %% ../nbs/12_attention.ipynb #6137e700
-INVARIANT_BLOCK = 32      # keys per block in the batch-invariant attention
-INVARIANT_PAD = 64        # the batch-invariant runner pads the flat batch to a multiple of this
+INVARIANT_BLOCK = 32      # keys per block in the blocked attention (the invariant path where the decode kernel is not)
+INVARIANT_PAD = 64        # where some product has no fixed order, the runner pads the flat batch to a multiple of this
+
+def blocked_token_attention(cache: KVCache, meta: AttentionMetadata, layer: int, q: torch.Tensor) -> torch.Tensor:
+    """Each token of q [T, heads, D] (the first `meta.num_tokens` real, the rest padding) over the keys at its
+    positions [0, pos] of its cache row, read from the pool in fixed blocks of `INVARIANT_BLOCK` keys combined
+    left to right: a token's result ignores its batch."""
+    m, kc, vc = meta, cache.k[layer], cache.v[layer]
+    n, T, H, D = m.num_tokens, *q.shape
+    groups = H // kc.shape[1]
+    rows = torch.zeros(T, dtype=torch.int64)
+    pos = torch.full((T,), -1, dtype=torch.int64)
+    for c in m.chunks: rows[c.start:c.start + c.num_tokens] = c.row
+    pos[:n] = m.positions                                   # padded tokens: position -1, see nothing
+    mx = torch.full((T, H), float('-inf'), dtype=torch.float32)
+    den, acc = torch.zeros(T, H), torch.zeros(T, H, D)
+    qf, scale = q.float(), 1 / math.sqrt(D)
+    for b in range(math.ceil((int(pos.max()) + 1) / INVARIANT_BLOCK)):
+        kpos = torch.arange(b * INVARIANT_BLOCK, (b + 1) * INVARIANT_BLOCK).clamp(max=cache.max_model_len - 1)
+        idx = cache.slots[rows[:, None], kpos[None, :]].to(torch.int64).clamp(min=0)      # [T, B]
+        K = kc[idx].float().repeat_interleave(groups, dim=2)                              # [T, B, H, D]
+        V = vc[idx].float().repeat_interleave(groups, dim=2)
+        s = (qf[:, None] * K).sum(-1) * scale                                               # [T, B, H]
+        valid = torch.arange(b * INVARIANT_BLOCK, (b + 1) * INVARIANT_BLOCK)[None, :] <= pos[:, None]
+        s = s.masked_fill(~valid[..., None], float('-inf'))
+        new = torch.maximum(mx, s.amax(1))
+        safe = torch.where(new == float('-inf'), 0.0, new)                                  # rows with no key yet
+        alpha, p = torch.exp(mx - safe), torch.exp(s - safe[:, None])
+        den = den * alpha + p.sum(1)
+        acc = acc * alpha[..., None] + (p[..., None] * V).sum(1)
+        mx = new
+    return (acc / den.clamp(min=1e-30)[..., None]).to(q.dtype)
 
 class InvariantPagedAttention(PagedAttention):
-    "Per-token attention in fixed key blocks, combined left to right: a token's result ignores its batch."
+    """Every token attends alone, in one order whatever else is in the step: as a row of its own in the decode
+    kernel, its context its position + 1, whether it is a decode or a token of a prefill chunk; where the kernel
+    does not apply (or is off), blocked."""
     @torch.compiler.disable
     def attend(self, layer, q, k, v):
         m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
-        n, T, H, D = m.num_tokens, *q.shape
-        kc.index_copy_(0, m.slot_mapping, k[:n]); vc.index_copy_(0, m.slot_mapping, v[:n])
-        groups = H // k.shape[1]
-        rows = torch.zeros(T, dtype=torch.int64); pos = torch.full((T,), -1, dtype=torch.int64)
-        for c in m.chunks: rows[c.start:c.start + c.num_tokens] = c.row
-        pos[:n] = m.positions                                   # padded tokens: position -1, see nothing
-        mx = torch.full((T, H), float('-inf'), dtype=torch.float32); den = torch.zeros(T, H); acc = torch.zeros(T, H, D)
-        qf, scale = q.float(), 1 / math.sqrt(D)
-        for b in range(math.ceil((int(pos.max()) + 1) / INVARIANT_BLOCK)):
-            kpos = torch.arange(b * INVARIANT_BLOCK, (b + 1) * INVARIANT_BLOCK).clamp(max=self.cache.max_model_len - 1)
-            idx = self.cache.slots[rows[:, None], kpos[None, :]].to(torch.int64).clamp(min=0)  # [T, B]
-            K = kc[idx].float().repeat_interleave(groups, dim=2)                               # [T, B, H, D]
-            V = vc[idx].float().repeat_interleave(groups, dim=2)
-            s = (qf[:, None] * K).sum(-1) * scale                                                # [T, B, H]
-            valid = torch.arange(b * INVARIANT_BLOCK, (b + 1) * INVARIANT_BLOCK)[None, :] <= pos[:, None]
-            s = s.masked_fill(~valid[..., None], float('-inf'))
-            new = torch.maximum(mx, s.amax(1))
-            safe = torch.where(new == float('-inf'), 0.0, new)                                   # rows with no key yet
-            alpha, p = torch.exp(mx - safe), torch.exp(s - safe[:, None])
-            den = den * alpha + p.sum(1)
-            acc = acc * alpha[..., None] + (p[..., None] * V).sum(1)
-            mx = new
-        return (acc / den.clamp(min=1e-30)[..., None]).to(q.dtype)
+        kc.index_copy_(0, m.slot_mapping, k[:m.num_tokens])
+        vc.index_copy_(0, m.slot_mapping, v[:m.num_tokens])
+        out = self.token_rows(q, kc, vc) if self.kernel and q.shape[0] == m.num_tokens else None
+        return blocked_token_attention(self.cache, m, layer, q) if out is None else out
+
+    def token_rows(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor | None:
+        "Each token through the decode kernel: the decodes in one call, each chunk's in one; None where it cannot."
+        m, nd = self.meta, self.meta.num_decodes
+        out = torch.empty_like(q)
+        if nd:
+            o = kernel_attention(q[:nd], kc, vc, self.decode_window(q.dtype)[0], m.decode_context)
+            if o is None: return None
+            out[:nd] = o
+        for c in m.chunks[nd:]:
+            a, b = c.start, c.start + c.num_tokens
+            seq = self.cache.slots[c.row, :c.context_len].to(torch.int64)
+            if (o := token_attention(q[a:b], kc, vc, seq, m.positions[a:b] + 1)) is None: return None
+            out[a:b] = o
+        return out

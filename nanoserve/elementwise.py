@@ -11,8 +11,8 @@ from .core import c_library, named_in_profile
 from .layers import RMSNorm, RotaryEmbedding
 
 # %% auto #0
-__all__ = ['ELEMENTWISE_C', 'ELEMENTWISE_FLAGS', 'elementwise_kernel', 'rms_norm', 'rope_', 'silu_mul', 'FastRMSNorm',
-           'FastRotary']
+__all__ = ['ELEMENTWISE_C', 'ELEMENTWISE_FLAGS', 'elementwise_kernel', 'rms_norm', 'rope_', 'silu_mul', 'rms_norm_op', 'rope_op',
+           'silu_mul_op', 'small_ops_take', 'FastRMSNorm', 'FastRotary']
 
 # %% ../nbs/06_elementwise.ipynb #ew000007
 ELEMENTWISE_C = r"""
@@ -182,28 +182,76 @@ def _shell(cls):
     m = cls.__new__(cls); nn.Module.__init__(m)
     return m
 
+def _applied(y: torch.Tensor | None, name: str) -> torch.Tensor:
+    if y is None: raise RuntimeError(f"the {name} kernel refused inputs its caller checked it takes")
+    return y
+
+@torch.library.custom_op('nanoserve::rms_norm', mutates_args=())
+def rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    "`rms_norm` as an operator of its own, for a compiled step (Inductor cannot trace ctypes; its norm sums its way)."
+    return _applied(rms_norm(x.contiguous(), weight.contiguous(), eps), 'RMSNorm')
+
+@torch.library.custom_op('nanoserve::rope', mutates_args=())
+def rope_op(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    "`rope_` on a copy of x, as an operator of its own (the same bits as in place), for a compiled step."
+    return _applied(rope_(x.clone(memory_format=torch.contiguous_format), positions, cos, sin), 'rotary')
+
+@torch.library.custom_op('nanoserve::silu_mul', mutates_args=())
+def silu_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
+    "`silu_mul` as an operator of its own, for a compiled step."
+    return _applied(silu_mul(gate_up.contiguous()), 'SiLU-times-up')
+
+@rms_norm_op.register_fake
+def _(x, weight, eps): return x.new_empty(x.shape)
+
+@rope_op.register_fake
+def _(x, positions, cos, sin): return x.new_empty(x.shape)
+
+@silu_mul_op.register_fake
+def _(gate_up): return gate_up.new_empty(gate_up.shape[0], gate_up.shape[1] // 2)
+
+def small_ops_take(*ts: torch.Tensor) -> bool:
+    "Whether the kernels take tensors of these dtypes and device (bfloat16 or float32 alike, on the CPU) and are built."
+    return _kind(*ts) is not None and elementwise_kernel() is not None
+
 class FastRMSNorm(RMSNorm):
-    "Day 04's `RMSNorm` through `rms_norm` where it applies."
+    "Day 04's `RMSNorm` through `rms_norm` where it applies; in a compiled step through `rms_norm_op`, the same kernel."
     @classmethod
     def of(cls, norm: RMSNorm) -> FastRMSNorm:
         "The same norm, its weight shared."
-        fast = _shell(cls); fast.weight, fast.eps = norm.weight, norm.eps
+        fast = _shell(cls)
+        fast.weight, fast.eps = norm.weight, norm.eps
+        fast.kernel = small_ops_take(norm.weight) and norm.weight.shape[0] % 16 == 0     # rows this wide: the kernel's
         return fast
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = None if torch.compiler.is_compiling() else rms_norm(x, self.weight, self.eps)
+        if torch.compiler.is_compiling():
+            takes = self.kernel and x.dim() == 2 and x.dtype == self.weight.dtype
+            if takes: return rms_norm_op(x, self.weight, self.eps)
+            return super().forward(x)
+        y = rms_norm(x, self.weight, self.eps)
         return super().forward(x) if y is None else y
 
 class FastRotary(RotaryEmbedding):
-    "Day 04's `RotaryEmbedding` through `rope_`, in place, where it applies."
+    "Day 04's `RotaryEmbedding` through `rope_`, in place, where it applies; in a compiled step through `rope_op`."
     @classmethod
     def of(cls, rotary: RotaryEmbedding) -> FastRotary:
         "The same embedding, its cos/sin tables shared."
-        fast = _shell(cls); fast.register_buffer('cos', rotary.cos, persistent=False); fast.register_buffer('sin', rotary.sin, persistent=False)
+        fast = _shell(cls)
+        fast.register_buffer('cos', rotary.cos, persistent=False)
+        fast.register_buffer('sin', rotary.sin, persistent=False)
+        fast.kernel = small_ops_take(rotary.cos)
         return fast
 
     def forward(self, positions: torch.Tensor, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if torch.compiler.is_compiling(): return super().forward(positions, *xs)
+        if torch.compiler.is_compiling():
+            kernel = self.kernel and positions.dtype == torch.int64
+            out = []
+            for x in xs:
+                if kernel and _kind(x) is not None and x.dim() == 3 and x.shape[2] % 2 == 0:
+                    out.append(rope_op(x, positions, self.cos, self.sin))
+                else: out.append(super().forward(positions, x)[0])
+            return tuple(out)
         out = []
         for x in xs: out.append(x if rope_(x, positions, self.cos, self.sin) is not None else super().forward(positions, x)[0])
         return tuple(out)

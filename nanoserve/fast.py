@@ -11,14 +11,14 @@ from torch import nn
 from .model import CausalLM, Attention, AttentionBackend
 from .layers import MLP, RotaryEmbedding
 from .core import c_library, cpu_flags, named_in_profile
-from .elementwise import FastRMSNorm, FastRotary, silu_mul
+from .elementwise import FastRMSNorm, FastRotary, silu_mul, silu_mul_op, small_ops_take
 from .f32_linear import F32_MAX_ROWS, f32_pack, f32_product
 from .arena import into_arena
 
 # %% auto #0
 __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_reference', 'one_row_product', 'packed_linear',
            'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_pack', 'amx_product', 'FusedAttention',
-           'FusedMLP', 'speed_up', 'kernel_copies_into_arena']
+           'FusedMLP', 'speed_up', 'invariant_refusal', 'kernel_copies_into_arena']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -34,15 +34,22 @@ def one_row_product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 # %% ../nbs/06_fast.ipynb #c1371631
 @torch.library.custom_op('nanoserve::packed_linear', mutates_args=())
 def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x @ weight.T + bias through the packed copies `FastLinear.pack` leaves on `weight`: the bfloat16 kernel's (`weight.amx`, either build) up to
-    `AMX_MAX_ROWS` rows, the float32 kernel's (`weight.f32`) up to `F32_MAX_ROWS`, oneDNN's (`weight.packed`) beyond, `F.linear` without any. An operator of its own, so that a compiled
-    decode step calls it as it is: Inductor cannot trace a packed (mkldnn) tensor, nor a ctypes call."""
-    return _product(x, weight, bias, getattr(weight, 'amx', None), getattr(weight, 'packed', None), getattr(weight, 'f32', None))
+    """x @ weight.T + bias through the packed copies `FastLinear.pack` leaves on `weight`: the bfloat16 kernel's
+    (`weight.amx`, either build) up to `AMX_MAX_ROWS` rows, the float32 kernel's (`weight.f32`) up to `F32_MAX_ROWS`,
+    oneDNN's (`weight.packed`) beyond, `F.linear` without any; the own kernel's at every row count where
+    `weight.invariant` says so (the batch-invariant mode). An operator of its own, so that a compiled decode step calls
+    it as it is: Inductor cannot trace a packed (mkldnn) tensor, nor a ctypes call."""
+    copies = (getattr(weight, name, None) for name in ('amx', 'packed', 'f32'))
+    return _product(x, weight, bias, *copies, getattr(weight, 'invariant', False))
 
-def _product(x, weight, bias, amx, packed, f32):
-    if amx is not None and 0 < x.shape[0] <= AMX_MAX_ROWS and x.dtype == torch.bfloat16: return amx_product(x, amx, bias, weight.shape[0])
-    if f32 is not None and 0 < x.shape[0] <= F32_MAX_ROWS and x.dtype == torch.float32: return f32_product(x, f32, bias, weight.shape[0])
-    if packed is not None and x.shape[0] > 0: return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, 'none', [], '')
+def _product(x, weight, bias, amx, packed, f32, invariant=False):
+    rows, out = x.shape[0], weight.shape[0]
+    if amx is not None and x.dtype == torch.bfloat16 and 0 < rows and (invariant or rows <= AMX_MAX_ROWS):
+        return amx_product(x, amx, bias, out, invariant)
+    if f32 is not None and x.dtype == torch.float32 and 0 < rows and (invariant or rows <= F32_MAX_ROWS):
+        return f32_product(x, f32, bias, out)
+    if packed is not None and rows > 0:
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, 'none', [], '')
     return F.linear(x, weight, bias)
 
 @packed_linear.register_fake
@@ -60,17 +67,22 @@ class FastLinear(nn.Module):
         self.amx = None         # the weight in the bfloat16 kernel's layout (either build), once `pack(amx=True)` has run where the kernel applies (a third copy)
         self.f32 = None         # the weight in the float32 kernel's layout (Day 06's `f32_pack`), likewise, for a float32 weight on AVX-512F or AVX2
         self.is_packed = False  # `packed` or `amx` is there, as a plain flag a traced step can read
+        self.invariant = False  # every row count through the own kernel (`amx` or `f32`): a row's bits ignore its batch
 
-    def pack(self, batch_size: int = 32, amx: bool = False) -> bool:
+    def pack(self, batch_size: int = 32, amx: bool = False, invariant: bool = False) -> bool:
         """Reorder the weight once for oneDNN's GEMM (CPU, float32 or bfloat16), and with `amx` for nanoserve's own product kernel where
         one applies: the bfloat16 one (a CPU with AMX or AVX512-BF16) or the float32 one (a CPU with AVX-512F or AVX2). Eager products then take them: the own
-        kernel's up to `AMX_MAX_ROWS` / `F32_MAX_ROWS` rows, oneDNN's beyond."""
+        kernel's up to `AMX_MAX_ROWS` / `F32_MAX_ROWS` rows, oneDNN's beyond. With `invariant` (and `amx`), where the
+        own kernel applies it takes every row count and oneDNN's copy is not made."""
         w = self.weight
         if w.device.type != 'cpu' or w.dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available(): return False
-        with torch.no_grad(): self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), batch_size)
         self.amx = amx_pack(w) if amx else None
         self.f32 = f32_pack(w) if amx else None
-        w.packed, w.amx, w.f32, self.is_packed = self.packed, self.amx, self.f32, True     # beside the weight, where `packed_linear` finds them in a compiled step
+        self.invariant = invariant and (self.amx is not None or self.f32 is not None)
+        with torch.no_grad():
+            self.packed = None if self.invariant else torch.ops.mkldnn._reorder_linear_weight(w.detach(), batch_size)
+        for name in ('packed', 'amx', 'f32', 'invariant'): setattr(w, name, getattr(self, name))   # for `packed_linear`
+        self.is_packed = True
         return True
 
     @classmethod
@@ -87,10 +99,11 @@ class FastLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:        # x: [rows, in]
         if torch.compiler.is_compiling():
-            if self.one_row and x.shape[0] == 1 and x.device.type == 'cpu' and self.amx is None: return self._gemv(x)   # Inductor fuses the GEMV
+            own = self.amx is not None or self.invariant
+            if self.one_row and x.shape[0] == 1 and x.device.type == 'cpu' and not own: return self._gemv(x)   # fused
             if self.is_packed: return packed_linear(x, self.weight, self.bias)                   # the packed products, as eager takes them
             return F.linear(x, self.weight, self.bias)
-        if self.is_packed: return _product(x, self.weight, self.bias, self.amx, self.packed, self.f32)
+        if self.is_packed: return _product(x, self.weight, self.bias, self.amx, self.packed, self.f32, self.invariant)
         if self.one_row and x.shape[0] == 1 and x.device.type == 'cpu': return self._gemv(x)
         return F.linear(x, self.weight, self.bias)
 
@@ -208,36 +221,52 @@ TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt
     for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) _mm512_store_ps(c + r * NB + 16 * j, acc[r][j]);
     store_rows(out, ldo, c, mr, ncols, bias);
 }
-/* a pass of n rows: a whole block with nv known to the compiler, the last one (fewer columns) with nv as it comes */
+/* a pass of n rows (its panel starts m * K/2 words in): a whole block with nv known to the compiler, the last one
+   (fewer columns) with nv as it comes */
 #define DOT(n) case n: \
-    if (nb == NB) dot_pass(xt + m, M, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, n, NV); \
-    else dot_pass(xt + m, M, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, n, (int)(nb / 16)); break;
+    if (nb == NB) dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), \
+                           bias ? bias + n0 : 0, n, NV); \
+    else dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, n, \
+                  (int)(nb / 16)); break;
 
 /* A product of one row reads each weight once whatever it does with it, and the dot products keep more of the memory's rate than
    the tiles (which load a 16-row tile of x that is all zeros but one row, and 16 weight rows 256 bytes apart).  The blocks are split
    across threads as the tiles split them; rows go in passes of up to PASS_ROWS, each over the block: the first reads it from memory,
    the later ones find it in cache.  Without tiles a pass of 12 rows has enough arithmetic to cover the first one's memory stream,
-   where a pass of 4 waited on it.  Returns 1 when out of memory. */
+   where a pass of 4 waited on it.  x goes in panels of PASS_ROWS rows, each with its pairs transposed ([K/2][PASS_ROWS]
+   words), so a pass reads its rows front to back: with one transpose of all M rows a pass read K/2 lines M * 4 bytes
+   apart, a page each at a prefill's 1,024 rows, and ran at 40% of oneDNN's rate there.  1 when out of memory. */
 TGT static int dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N, int64_t K, int nthreads) {
     int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, K2 = K / 2;
     const int32_t *xd = (const int32_t *)x;              /* a pair of bfloat16 inputs as one 32-bit word */
     int32_t *xt = (int32_t *)xd;                         /* one row is its own transpose */
-    if (M > 1) {
-        if (!(xt = malloc(M * K2 * 4))) return 1;
-        for (int64_t m = 0; m < M; m++) for (int64_t k = 0; k < K2; k++) xt[k * M + m] = xd[m * K2 + k];
-    }
+    int64_t ld = M > 1 ? PASS_ROWS : 1;                 /* words from one pair of a pass's rows to the next */
+    int64_t panels = (M + PASS_ROWS - 1) / PASS_ROWS;
+    if (M > 1 && !(xt = malloc(panels * PASS_ROWS * K2 * 4))) return 1;
+    /* rows in chunks of as many as 512 KiB of x hold, each chunk over every block: a chunk's panels stay in cache while
+       the blocks stream by (a prefill's thousands of rows were read once a block: 7% behind oneDNN at 4,096) */
+    int64_t mc = (1 << 19) / (K * 2) / PASS_ROWS * PASS_ROWS;
+    if (mc < PASS_ROWS) mc = PASS_ROWS;
     #pragma omp parallel num_threads(nthreads)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
-            int64_t n0 = b * NB, nb = min64(NB, Np - n0);
-            for (int64_t m = 0; m < M; m += PASS_ROWS)
-                switch (min64(PASS_ROWS, M - m)) { DOT(1) DOT(2) DOT(3) DOT(4)
-#if PASS_ROWS > 4
-                    DOT(5) DOT(6) DOT(7) DOT(8) DOT(9) DOT(10) DOT(11) DOT(12)
-#endif
-                }
+        if (M > 1) {          /* the panels, a share of them each thread (4,096 rows took 5% of the product on one) */
+            for (int64_t q = panels * t / nt; q < panels * (t + 1) / nt; q++)
+                for (int64_t m = q * PASS_ROWS; m < min64(M, (q + 1) * PASS_ROWS); m++)
+                    for (int64_t k = 0; k < K2; k++)
+                        xt[q * PASS_ROWS * K2 + k * PASS_ROWS + m % PASS_ROWS] = xd[m * K2 + k];
+            _Pragma("omp barrier")
         }
+        for (int64_t c0 = 0; c0 < M; c0 += mc)
+            for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
+                int64_t n0 = b * NB, nb = min64(NB, Np - n0);
+                for (int64_t m = c0; m < min64(M, c0 + mc); m += PASS_ROWS)
+                    switch (min64(PASS_ROWS, M - m)) { DOT(1) DOT(2) DOT(3) DOT(4)
+#if PASS_ROWS > 4
+                        DOT(5) DOT(6) DOT(7) DOT(8) DOT(9) DOT(10) DOT(11) DOT(12)
+#endif
+                    }
+            }
     }
     if (xt != xd) free(xt);
     return 0;
@@ -335,15 +364,20 @@ def bf16_isa() -> str | None:
     if {'amx_tile', 'amx_bf16', 'avx512_bf16'} <= flags: return 'amx'
     return 'avx512_bf16' if {'avx512_bf16', 'avx512bw', 'avx512vl'} <= flags else None
 
-def amx_kernel():
+def amx_kernel(invariant: bool = False):
     """The bfloat16 product kernel of `bf16_isa`'s build, built on first use (Day 00's `c_library`); None on a CPU with neither AMX nor
-    AVX512-BF16, or where it cannot be built or enabled. (The name is the kernel's first build's, kept because scripts and tests use it.)"""
+    AVX512-BF16, or where it cannot be built or enabled. (The name is the kernel's first build's, kept because
+    scripts and tests use it.) `invariant`: the build whose every row count takes one path, so a row's bits never
+    depend on its batch: on AMX the tiles at every count (`DOT_ROWS` 0; the same packed layout); without AMX the one
+    build, whose dot products already take every count."""
     if (isa := bf16_isa()) is None: return None
-    name, flags = ('amx_linear', AMX_LINEAR_FLAGS) if isa == 'amx' else ('bf16_dot_linear', AMX_LINEAR_FLAGS + ('-DNO_TILES',))
+    if isa != 'amx': name, flags = 'bf16_dot_linear', AMX_LINEAR_FLAGS + ('-DNO_TILES',)
+    elif invariant: name, flags = 'amx_linear_tiles', AMX_LINEAR_FLAGS + ('-DDOT_ROWS=0',)
+    else: name, flags = 'amx_linear', AMX_LINEAR_FLAGS
     return c_library(name, AMX_LINEAR_C, flags, declare=_declare_amx, fallback="oneDNN's packed product")
 
 @functools.cache
-def _amx_lib(): return amx_kernel()      # for the hot path: the kernel is asked for once, by the first product (after a pack found it)
+def _amx_lib(invariant: bool = False): return amx_kernel(invariant)      # for the hot path: asked for once
 
 def amx_pack(w: torch.Tensor, lib=None) -> torch.Tensor | None:
     """w [out, in] in the layout of `lib`, a build of `AMX_LINEAR_C` (default `amx_kernel()`'s): blocks of 64 outputs, 32 in the build
@@ -355,14 +389,17 @@ def amx_pack(w: torch.Tensor, lib=None) -> torch.Tensor | None:
     lib.amx_pack(w.data_ptr(), packed.data_ptr(), *w.shape)
     return packed
 
-def amx_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
-    "x [rows, in] (bfloat16) @ w.T + bias from w's `amx_pack`ed copy: float32 sums, one rounding to bfloat16."
+def amx_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int,
+                invariant: bool = False) -> torch.Tensor:
+    """x [rows, in] (bfloat16) @ w.T + bias from w's `amx_pack`ed copy: float32 sums, one rounding to bfloat16;
+    `invariant`: through `amx_kernel(invariant=True)`, whose row bits do not depend on the number of rows."""
     x = x.contiguous()
     out = torch.empty(x.shape[0], out_features, dtype=torch.bfloat16)
     b = None if bias is None else bias.to(torch.bfloat16).contiguous()
     with named_in_profile('nanoserve::amx_linear'):
-        failed = _amx_lib().amx_linear(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(), out.data_ptr(),
-                                         x.shape[0], out_features, x.shape[1], torch.get_num_threads())
+        failed = _amx_lib(invariant).amx_linear(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),
+                                                out.data_ptr(), x.shape[0], out_features, x.shape[1],
+                                                torch.get_num_threads())
     if failed: raise MemoryError("the bfloat16 product kernel could not allocate its padded input")
     return out
 
@@ -388,21 +425,31 @@ class FusedMLP(nn.Module):
     def __init__(self, m: MLP, one_row: bool = True, small_ops: bool = False):
         super().__init__()
         self.intermediate_size, self.small_ops = m.gate_proj.out_features, small_ops
+        self.kernel = small_ops and small_ops_take(m.gate_proj.weight)    # compiled: `silu_mul_op` for this dtype
         self.gate_up_proj = FastLinear.of(m.gate_proj, m.up_proj, one_row=one_row)
         self.down_proj = FastLinear.of(m.down_proj, one_row=one_row)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gu = self.gate_up_proj(x)
-        h = silu_mul(gu) if self.small_ops and not torch.compiler.is_compiling() else None
-        if h is None: gate, up = gu.split(self.intermediate_size, -1); h = F.silu(gate) * up
+        if not self.small_ops: h = None
+        elif not torch.compiler.is_compiling(): h = silu_mul(gu)
+        elif self.kernel and gu.dim() == 2 and gu.dtype == self.gate_up_proj.weight.dtype: h = silu_mul_op(gu)
+        else: h = None
+        if h is None:
+            gate, up = gu.split(self.intermediate_size, -1)
+            h = F.silu(gate) * up
         return self.down_proj(h)
 
 # %% ../nbs/06_fast.ipynb #8f83f6a6
-def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: bool = False, amx: bool = True, small_ops: bool = True) -> CausalLM:
-    """Fuse q/k/v and gate/up (`fuse`), route one-row CPU products through the compiled GEMV (`one_row`), give every product oneDNN's packed
-    weights (`pack`) and, with `amx` too, nanoserve's own kernel's where one applies (AMX or AVX512-BF16 for bfloat16, AVX-512 or AVX2 for float32), and put in the small operators' kernels (`small_ops`), in place."""
+def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: bool = False, amx: bool = True,
+             small_ops: bool = True, invariant: bool = False) -> CausalLM:
+    """Fuse q/k/v and gate/up (`fuse`), route one-row CPU products through the compiled GEMV (`one_row`), give every
+    product oneDNN's packed weights (`pack`) and, with `amx` too, nanoserve's own kernel's where one applies (AMX or
+    AVX512-BF16 for bfloat16, AVX-512 or AVX2 for float32), and put in the small operators' kernels (`small_ops`), in
+    place. With `invariant` (and `pack` and `amx`), the own kernels take every row count instead of oneDNN's
+    (`invariant_refusal` says where they cannot)."""
     want = {'fuse': bool(fuse), 'one_row': bool(one_row), 'pack': bool(pack), 'amx': bool(pack and amx and amx_kernel() is not None),
-            'small_ops': bool(small_ops)}
+            'small_ops': bool(small_ops), 'invariant': bool(invariant)}
     have = getattr(model, 'fast', None)
     if have is not None:
         if have != want: raise ValueError(f"this model was already sped up with {have}; load it again for {want}")
@@ -415,7 +462,8 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
                 for mod, names in ((a, ('q_proj', 'k_proj', 'v_proj', 'o_proj')), (m, ('gate_proj', 'up_proj', 'down_proj'))):
                     for n in names: setattr(mod, n, FastLinear.of(getattr(mod, n), one_row=one_row))
         if fuse or one_row or pack: model.lm_head = FastLinear.of(model.lm_head, one_row=one_row)
-        packed = pack and all([m.pack(amx=bool(amx)) for m in model.modules() if isinstance(m, FastLinear)])   # False where oneDNN cannot take them
+        linears = [m for m in model.modules() if isinstance(m, FastLinear)]
+        packed = pack and all([m.pack(amx=bool(amx), invariant=bool(invariant)) for m in linears])   # False: not oneDNN
         if packed and amx: kernel_copies_into_arena(model)
         if small_ops:                            # Day 06's small operators: the norms and the rotary embedding, their tensors shared
             for layer in model.model.layers: layer.input_layernorm, layer.post_attention_layernorm = FastRMSNorm.of(layer.input_layernorm), FastRMSNorm.of(layer.post_attention_layernorm)
@@ -424,6 +472,20 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
         one_row_product(torch.zeros(1, 8, dtype=model.dtype), torch.zeros(2, 8, dtype=model.dtype))   # compile now, not in the first request
     model.fast = want
     return model
+
+def invariant_refusal(model: CausalLM) -> str | None:
+    """Why some product of `model` does not take one kernel at every row count, so that a row's bits could depend on its
+    batch (None: every one does). The quantized layers' products are PyTorch's one kernel at every count (Day 60 checks
+    that a row's bits are the same at every count)."""
+    if model.device.type != 'cpu': return f"its products run on {model.device.type}, where nanoserve has no kernels"
+    if not (getattr(model, 'fast', None) or {}).get('invariant'): return "it was not sped up with invariant=True"
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Linear): return f"{name} is a plain nn.Linear (pack_weights off?)"
+        if isinstance(m, FastLinear) and not m.invariant:
+            dtype = str(m.weight.dtype).removeprefix('torch.')
+            return (f"{name or 'a product'} has no kernel of nanoserve's own for {dtype} {tuple(m.weight.shape)} here "
+                    "(it needs pack_weights and amx_linear on, and bfloat16 needs AVX512-BF16 or AMX)")
+    return None
 
 def kernel_copies_into_arena(model: CausalLM) -> list[torch.Tensor]:
     """Move every `FastLinear`'s copy for nanoserve's own product kernels (`amx` in bfloat16, `f32` in float32) into one arena on huge
