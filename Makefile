@@ -31,7 +31,7 @@ install-dev: $(VENV)/.installed-dev
 
 demo: install
 	$(BIN)/nanoserve pull
-	$(BIN)/nanoserve generate --chat --max-tokens 64 "What is the capital of France?"
+	$(BIN)/nanoserve generate --chat --max-tokens 64 "What is the capital of France? Answer in one sentence."
 
 # Serve a model (default: SmolLM2-135M-Instruct, pulled on first use) with an OpenAI-compatible API.
 MODEL ?= SmolLM2-135M-Instruct
@@ -105,7 +105,7 @@ screenshots: site browser
 readme: install-test
 	$(BIN)/jupyter nbconvert --to markdown --log-level WARN nbs/index.ipynb --output-dir . --output README
 	@# the landing page's links and pictures are relative to nbs/; the README sits one folder up
-	sed -i -E 's#\]\(([0-9][0-9]_[a-z_]+\.ipynb|[a-z_]+\.png)\)#](nbs/\1)#g' README.md
+	sed -i -E 's#\]\(([0-9][0-9]_[a-z0-9_]+\.ipynb|[a-z0-9_]+\.png)\)#](nbs/\1)#g' README.md
 
 clean:
 	rm -rf $(VENV) _site _proc

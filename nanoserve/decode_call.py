@@ -215,9 +215,11 @@ class DecodeCall:
         self.model, self.cache, self.lib = model, cache, decode_call_kernel()
         cfg, fn = model.config, lambda lib, name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
         ew, bf = elementwise_kernel(), model.dtype == torch.bfloat16
+        invariant = bool(model.fast.get('invariant'))     # the products' build whose rows take one path at every count
         self.max_rows, kind = (AMX_MAX_ROWS, 'bf16') if bf else (F32_MAX_ROWS, 'f32')
         copy = DECODE_CALL_DTYPES[model.dtype]            # the packed copy each product gives the loop
-        self._kernels = _Kernels(2 if bf else 4, fn(amx_kernel(), 'amx_linear') if bf else None, None if bf else fn(f32_kernel(), F32_ENTRIES[f32_isa()]),
+        product = fn(amx_kernel(invariant), 'amx_linear') if bf else None
+        self._kernels = _Kernels(2 if bf else 4, product, None if bf else fn(f32_kernel(), F32_ENTRIES[f32_isa()]),
                                  fn(ew, f'rms_norm_{kind}'), fn(ew, f'rope_{kind}'), fn(ew, f'silu_mul_{kind}'), fn(decode_kernel(), f'decode_attention_{kind}'))
         packed = lambda p: _ptr(getattr(p, copy))            # a product's copy in its kernel's layout
         self._layers = (_Layer * cfg.num_hidden_layers)()

@@ -52,7 +52,11 @@ class EngineConfig:
     block_size: int = _flag(16, 'tokens per KV block')
     num_kv_blocks: int | None = _flag(None, 'KV pool size in blocks (default: from memory)')
     kv_cache_gb: float | None = _flag(None, 'KV pool size in GiB (default: from memory)')
-    batch_invariant: bool = _flag(False, 'bitwise batch-independent arithmetic (Day 12); slower')
+    batch_invariant: bool | None = _flag(None, "a request's tokens and logprobs the same, bit for bit, whatever "
+                                         "else runs beside it: every product one kernel at every row count, every "
+                                         "token's attention through the decode kernel; default: on where those "
+                                         "kernels run here (the CPU), else off; --no-batch-invariant: oneDNN's "
+                                         "products past 32 rows and the prefill kernel's attention")
     check_invariants: bool = _flag(False, 'check the KV pool bookkeeping after every step (slow; for debugging)')
     compile: bool = _flag(False, "the layers' dense work through torch.compile (Day 49)")
     bucket_decode: bool = _flag(False, 'pad pure-decode steps to (row, width) buckets (Day 52)')
@@ -110,9 +114,6 @@ class EngineConfig:
             raise ConfigError(f"{' and '.join(f for f, on in flags.items() if on)} without {missing}: a recorded decode is only right over "
                               f"bucketed shapes and persistent inputs together; add {missing.replace(' and ', '=True and ')}=True or drop the others "
                               f"(on the command line, --cuda-graphs sets all three)")
-        if self.batch_invariant and any(flags.values()):
-            raise ConfigError(f"batch_invariant (--batch-invariant) cannot be combined with {'/'.join(f for f, on in flags.items() if on)} "
-                              "(--cuda-graphs): the invariant path pads and attends its own way; choose one")
         if (self.warm_rows or self.warm_width) and not self.capture_decode:
             raise ConfigError("warm_rows and warm_width bound the capture plan, and capture is off: add --cuda-graphs (capture_decode with "
                               "bucket_decode and persist_inputs), or drop them")
@@ -182,16 +183,20 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
                               "directory, not a loaded model")
         if tokenizer is None: raise ConfigError("pass the tokenizer with a loaded model")
         if not hasattr(model, 'dtype_reason'): model.dtype_reason = 'the model was loaded before the engine'   # its dtype wins over config.dtype
-        return speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear, config.small_ops), tokenizer, stop_ids_for(None, model, tokenizer)
+        model = speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear,
+                         config.small_ops, config.batch_invariant is not False)
+        return model, tokenizer, stop_ids_for(None, model, tokenizer)
     path = Path(model)
     dtype, why = resolve_dtype(config.dtype, config.device)
     if config.tensor_parallel_size > 1:               # Day 19: rank 0's shard; the other ranks load theirs in their own processes
         q = quantize_spec(quantize, config.quantization, config.quant_group_size) if quantize and config.quantization != 'none' else None
         model = load_sharded(path, config.tensor_parallel_size, dtype=dtype, device=config.device, max_positions=config.max_model_len,
                              fuse=config.fuse_projections, one_row=config.gemv, pack=config.pack_weights, amx=config.amx_linear,
-                             small_ops=config.small_ops, quantize=q)
-    else: model = speed_up(load_model(path, dtype, config.device, max_positions=config.max_model_len), config.fuse_projections, config.gemv, config.pack_weights,
-                          config.amx_linear, config.small_ops)
+                             small_ops=config.small_ops, quantize=q, invariant=config.batch_invariant is not False)
+    else:
+        model = load_model(path, dtype, config.device, max_positions=config.max_model_len)
+        model = speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear,
+                         config.small_ops, config.batch_invariant is not False)
     model.dtype_reason = why
     with ranks_released_on_error(model):
         tokenizer = tokenizer or Tokenizer.from_dir(path)

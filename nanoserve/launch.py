@@ -21,6 +21,7 @@ from .buckets import row_buckets, width_buckets
 from .capture import CapturedDecode, CaptureError, RECORDERS, make_recorder, check_all_shapes_captured
 from .warm import warm_all
 from .capture_plan import CapturePlan, plan_capture, width_from_limit, snap_or_refuse
+from .runner import fixed_order_refusal
 
 # %% auto #0
 __all__ = ['BootUnsound', 'Boot', 'add_engine_flags', 'recorder_for', 'check_capture_settings', 'config_from_args', 'free_bytes',
@@ -140,6 +141,10 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
                                          capture=config.capture_decode)
             lap('capture_plan')
         engine = Engine.assemble(model, tokenizer, cache, config, stop, decode_path, batch() if config.uses_persistent_batch else None)
+        recorded_invariant = engine.runner.batch_invariant and decode_path is not None
+        if recorded_invariant and (why := fixed_order_refusal(model, config.decode_kernel)):
+            raise ConfigError(f"--batch-invariant with --cuda-graphs: {why}, so the recorded decode would not give "
+                              "the eager steps' bits; drop one of the two")
         engine.boot = boot
         if boot.plan is not None and config.warm: warm_engine(engine)
         return engine
@@ -225,6 +230,7 @@ def boot_lines(engine: Engine, model_name: str) -> list[str]:
                      "capture not warmed (--no-warm): each planned shape is recorded on the first step that needs it")
     elif engine.decode_path is not None: lines.append("decode: bucketed, not recorded (add --cuda-graphs to record it)")
     else: lines.append("capture: off (--cuda-graphs records the decode step once per shape at boot)")
+    lines.append(engine.runner.describe_invariance())
     if (tp := getattr(engine.model, 'tensor_parallel', None)) is not None:
         lines.append(f"tensor parallel: {tp.world} ranks over gloo ({'started here, pids ' + ' '.join(str(p.pid) for p in tp.workers) if tp.workers else 'started by torchrun'}); "
                      f"each holds 1/{tp.world} of the heads, MLP columns, vocabulary and KV pool: the sizes above are rank 0's")

@@ -242,7 +242,7 @@ def close_group(tp: TensorParallel, timeout: float = 30.0, kill: bool = False):
 # %% ../nbs/19_parallel.ipynb #1fffb3f3
 def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cpu', max_positions: int | None = None,
                fuse: bool = True, one_row: bool = True, pack: bool = True, amx: bool = True, small_ops: bool = True,
-               quantize: dict | None = None) -> CausalLM:
+               quantize: dict | None = None, invariant: bool = False) -> CausalLM:
     """Rank `tp.rank`'s shard of the checkpoint in `path`: its heads, MLP columns and vocabulary rows, read as slices; the blocks whose outputs are
     partial sums wrapped to sum over the ranks. `quantize` (`quantize_spec`): the shard's layers quantized, by a later day's function named in it."""
     full, dtype = ModelConfig.from_dir(path), parse_dtype(dtype)
@@ -257,7 +257,7 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
     model.load_report = load_weights(model, path, dtype, device, tied, expected={n: tuple(p.shape) for n, p in whole.named_parameters() if n not in tied},
                                      read=lambda h, name, info: read_shard(h, name, shard_of(name, info.shape, tp.rank, tp.world)))
     model.rotary.to(device)
-    model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack, amx, small_ops)
+    model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack, amx, small_ops, invariant)
     if quantize: import_function(quantize['function'])(model, quantize['mode'], quantize['group_size'])   # before the wrapping hides the layers
     for layer in model.model.layers: layer.self_attn, layer.mlp = SumOverRanks(layer.self_attn, tp), SumOverRanks(layer.mlp, tp)
     model.lm_head = GatherVocab(model.lm_head, full.vocab_size, tp)
@@ -265,7 +265,7 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
     return model
 
 # %% ../nbs/19_parallel.ipynb #c8e5914f
-LOAD_KEYS = ('dtype', 'device', 'max_positions', 'fuse', 'one_row', 'pack', 'amx', 'small_ops', 'quantize')
+LOAD_KEYS = ('dtype', 'device', 'max_positions', 'fuse', 'one_row', 'pack', 'amx', 'small_ops', 'quantize', 'invariant')
 
 def import_function(spec: str):
     "The function a 'module:name' spec names: how a worker process finds a later day's part it cannot import by name in its own code."
@@ -337,12 +337,14 @@ def _unpack_step(head: torch.Tensor, payload: torch.Tensor):
 
 class ShardedRunner(ModelRunner):
     "Rank 0's runner: each step's inputs go to the other ranks by broadcast, then every rank runs the same forward over its shard."
-    def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False,
-                 decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True):
+    def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(),
+                 batch_invariant: bool | None = None, decode_kernel: bool = True, decode_call: bool = True,
+                 prefill_kernel: bool = True):
         super().__init__(model, cache, stop_ids, batch_invariant, decode_kernel, decode_call, prefill_kernel)
         self.tp = model.tensor_parallel
         self.tp.send_json({'plan': {f.name: getattr(cache.plan, f.name) for f in fields(KVPoolPlan)}, 'max_batch_size': cache.slots.shape[0],
-                           'max_model_len': cache.max_model_len, 'batch_invariant': batch_invariant, 'decode_kernel': decode_kernel,
+                           'max_model_len': cache.max_model_len, 'batch_invariant': self.batch_invariant,
+                           'decode_kernel': decode_kernel,
                            'decode_call': decode_call, 'prefill_kernel': prefill_kernel})
 
     @property
@@ -365,7 +367,7 @@ class ShardedRunner(ModelRunner):
     def close(self, kill: bool = False): close_group(self.tp, kill=kill)
 
 # %% ../nbs/19_parallel.ipynb #55a66754
-def make_runner(model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False,
+def make_runner(model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool | None = None,
                 decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True) -> ModelRunner:
     "The runner a model needs: `ShardedRunner` for rank 0 of a tensor-parallel model, else Day 18's."
     cls = ShardedRunner if getattr(model, 'tensor_parallel', None) is not None else ModelRunner

@@ -9,32 +9,65 @@ import torch
 from .model import CausalLM
 from .kvcache import KVCache
 from .attention import SeqChunk, build_metadata, PagedAttention, InvariantPagedAttention, INVARIANT_PAD
+from .attention import DECODE_KERNEL_HEAD_SIZES, decode_kernel as decode_kernel_lib
 from .decode_call import DecodeCall, decode_call_refusal
+from .fast import invariant_refusal
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
 from .sampling import sample, stop_token_set, argmax_kernel
 from .grammar import constrain
 
 # %% auto #0
-__all__ = ['ModelRunner']
+__all__ = ['fixed_order_refusal', 'ModelRunner']
 
 # %% ../nbs/18_runner.ipynb #0dd92719
 def _pad_to(n: int, multiple: int) -> int: return max(multiple, -(-n // multiple) * multiple)
 
+def fixed_order_refusal(model: CausalLM, decode_kernel: bool = True) -> str | None:
+    """Why the batch-invariant mode cannot run here on its fixed-order kernels: every product one kernel at every row
+    count (Day 06's `invariant_refusal`) and every token's attention through Day 12's decode kernel. None: it can."""
+    if why := invariant_refusal(model): return why
+    cfg, dt = model.config, model.dtype
+    if not decode_kernel: return "the decode kernel is off (--no-decode-kernel)"
+    takes = dt in (torch.float32, torch.bfloat16) and cfg.head_dim in DECODE_KERNEL_HEAD_SIZES
+    if not takes or decode_kernel_lib() is None:
+        return f"Day 12's decode kernel does not take {str(dt).removeprefix('torch.')} at head size {cfg.head_dim} here"
+    return None
+
 class ModelRunner:
     "Runs the model for one scheduled step and samples."
-    def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool = False,
-                 decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True):
-        self.model, self.cache, self.stop_ids, self.batch_invariant = model, cache, set(stop_ids), batch_invariant
+    def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(),
+                 batch_invariant: bool | None = None, decode_kernel: bool = True, decode_call: bool = True,
+                 prefill_kernel: bool = True):
+        self.model, self.cache, self.stop_ids = model, cache, set(stop_ids)
         self.decode_kernel = decode_kernel      # decodes' attention through Day 12's C kernel where it applies
         self.prefill_kernel = prefill_kernel    # prefill chunks' attention through Day 11's kernel where it applies (AMX or AVX512-BF16)
+        # the batch-invariant mode: asked for (True), left (False), or None: on where its kernels run, else why not
+        self.invariant_off = fixed_order_refusal(model, decode_kernel) if batch_invariant is None else None
+        self.batch_invariant = self.invariant_off is None if batch_invariant is None else bool(batch_invariant)
+        # asked for where some product has no fixed order (CUDA, a CPU without the kernel): every step padded (Day 12)
+        self.invariant_padding = invariant_refusal(model) if self.batch_invariant else None
         # Day 13: pure-decode steps as one C call where the model and cache allow it; why not, where they do not
-        self.decode_call_off = ('turned off (decode_call=False)' if not decode_call else 'batch-invariant mode' if batch_invariant else
+        self.decode_call_off = ('turned off (decode_call=False)' if not decode_call else
+                                'the batch-invariant mode pads every step' if self.invariant_padding else
                                 "Day 12's decode kernel is off" if not decode_kernel else decode_call_refusal(model, cache))
         am = argmax_kernel() if self.decode_call_off is None else None        # Day 14's argmax, which the call runs on its logits for greedy steps
         am = am and ctypes.cast(am.argmax_bf16 if model.dtype == torch.bfloat16 else am.argmax_f32, ctypes.c_void_p).value
         self.decode_call = DecodeCall(model, cache, argmax=am) if self.decode_call_off is None else None
         self.decode_path = None   # Day 54: an object whose run(rows, tokens, context_lens) serves pure-decode steps
         self.grammars = None      # Day 15: the engine's GrammarCompiler, once a request asked for structured output
+
+    @property
+    def invariance(self) -> dict:
+        "/health's word on the batch-invariant mode: on or off, how (fixed-order kernels, padded steps), and why not."
+        how = None if not self.batch_invariant else 'padded steps' if self.invariant_padding else 'fixed-order kernels'
+        return {'enabled': self.batch_invariant, 'how': how, 'why_not': self.invariant_off or self.invariant_padding}
+
+    def describe_invariance(self) -> str:
+        "The boot's line on it."
+        inv = self.invariance
+        if inv['how'] == 'fixed-order kernels': return "batch-invariant: on (every product and attention in one order)"
+        if inv['how']: return f"batch-invariant: on, every step padded ({inv['why_not']}): measured, not guaranteed"
+        return f"batch-invariant: off ({inv['why_not'] or '--no-batch-invariant'})"
 
     @property
     def fault(self) -> BaseException | None:
@@ -54,7 +87,7 @@ class ModelRunner:
             if s.samples: sample_idx.append(start - 1); samplers.append(s)
         meta = build_metadata(chunks, self.cache)
         input_ids, positions = torch.tensor(ids, dtype=torch.int64), meta.positions
-        if self.batch_invariant:
+        if self.invariant_padding:
             pad = _pad_to(len(ids), INVARIANT_PAD) - len(ids)
             input_ids = torch.cat([input_ids, torch.zeros(pad, dtype=torch.int64)])
             positions = torch.cat([positions, torch.zeros(pad, dtype=torch.int64)])
@@ -83,11 +116,12 @@ class ModelRunner:
         the model's dtype from Day 13's decode call (Day 14's sampler widens a row where it computes on it)."""
         if self.decode_call is not None and len(sample_idx) == meta.num_decodes == len(meta.chunks):
             if (logits := self.decode_call(input_ids, meta)) is not None: return logits          # every row a decode that samples
-        attn = InvariantPagedAttention(self.cache, meta) if self.batch_invariant else PagedAttention(self.cache, meta, self.decode_kernel, self.prefill_kernel)
+        if self.batch_invariant: attn = InvariantPagedAttention(self.cache, meta, self.decode_kernel)
+        else: attn = PagedAttention(self.cache, meta, self.decode_kernel, self.prefill_kernel)
         hidden = self.model(input_ids, positions, attn)
         if not sample_idx: return None
         rows = hidden[sample_idx]
-        if self.batch_invariant:
+        if self.invariant_padding:
             rows = torch.cat([rows, rows.new_zeros(_pad_to(len(sample_idx), INVARIANT_PAD) - len(sample_idx), rows.shape[1])])
         return self.model.compute_logits(rows)[:len(sample_idx)].cpu()
 

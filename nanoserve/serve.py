@@ -20,6 +20,7 @@ def health_payload(engine: Engine, model_name: str) -> dict:
     return {'model': model_name, 'instance': uuid.uuid4().hex[:12], 'started': round(time.time(), 3), 'dtype': str(engine.model.dtype).removeprefix('torch.'), 'dtype_reason': getattr(engine.model, 'dtype_reason', None), 'device': str(engine.model.device),
             'max_model_len': engine.max_model_len, 'max_batch_size': engine.config.max_batch_size, 'kv_pool': engine.plan.as_dict(),
             'prefix_cache': engine.cache.prefix is not None, 'tensor_parallel': tensor_parallel_info(engine.model),
+            'batch_invariant': engine.runner.invariance,
             'weights': {'quantization': getattr(engine.model, 'quantization', 'none'), 'group_size': getattr(engine.model, 'quant_group_size', None),
                         'bytes': weight_bytes(engine.model)}}
 

@@ -62,3 +62,15 @@ def break_forward_after(engine, steps: int, message: str = 'injected fault in th
         if len(calls) > steps: raise RuntimeError(message)
         return real(out)
     engine.runner.execute = flaky
+
+def pytest_terminal_summary(terminalreporter):
+    "The kernel paths this CPU takes: a run's output (-q too) says which its batch-invariance tests covered."
+    from nanoserve.fast import bf16_isa
+    from nanoserve.f32_linear import f32_isa
+    from nanoserve.offline_bench import cpu_model
+    bf = {'amx': "AMX's tiles at every row count",
+          'avx512_bf16': "AVX512-BF16's dot products (no AMX here: its tile path is not run)",
+          None: "no kernel of nanoserve's own (neither AMX nor AVX512-BF16 here: no bfloat16 path is run)"}[bf16_isa()]
+    f32 = f"the {f32_isa()} kernel" if f32_isa() else "no kernel of nanoserve's own (no AVX2 here)"
+    terminalreporter.write_line(f"cpu: {cpu_model()}; batch-invariant paths covered here: bfloat16 products on {bf}; "
+                                f"float32 products on {f32}")

@@ -17,7 +17,8 @@ def test_pull_prints_the_model_directory(default_model):
     assert (Path(r.stdout.strip())/'model.safetensors').is_file()
 
 def test_generate_json_chat_default_model(default_model):
-    r = run('generate', '--chat', '--json', '--max-tokens', '48', 'What is the capital of France?')
+    r = run('generate', '--chat', '--json', '--max-tokens', '48',
+            'What is the capital of France? Answer in one sentence.')
     rows = [json.loads(l) for l in r.stdout.splitlines()]
     assert len(rows) == 1 and 'Paris' in rows[0]['text'] and rows[0]['finish_reason'] == 'stop'
     lm = ReferenceLM(default_model)

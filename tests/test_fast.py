@@ -60,9 +60,12 @@ def test_default_model_greedy_text_equals_the_reference(default_model, dtype):
     params = SamplingParams(temperature=0, max_tokens=24)
     ref = Engine.build(default_model, config=EngineConfig(dtype=dtype, fuse_projections=False, gemv=False, pack_weights=False, small_ops=False))
     fast = Engine.build(default_model, config=EngineConfig(dtype=dtype))
-    assert ref.model.fast == {'fuse': False, 'one_row': False, 'pack': False, 'amx': False, 'small_ops': False}
-    assert fast.model.fast == {'fuse': True, 'one_row': True, 'pack': True, 'amx': amx_kernel() is not None, 'small_ops': True}
-    assert fast.model.lm_head.packed is not None and ref.model.lm_head.weight is ref.model.model.embed_tokens.weight
+    assert ref.model.fast == {'fuse': False, 'one_row': False, 'pack': False, 'amx': False, 'small_ops': False,
+                              'invariant': True}
+    assert fast.model.fast == {'fuse': True, 'one_row': True, 'pack': True, 'amx': amx_kernel() is not None,
+                               'small_ops': True, 'invariant': True}
+    assert fast.model.lm_head.is_packed and ref.model.lm_head.weight is ref.model.model.embed_tokens.weight
+    assert (fast.model.lm_head.packed is None) == fast.model.lm_head.invariant     # own kernel only: no oneDNN
     # float32: every token. bfloat16 rounds differently per product shape (a fused GEMM, AMX's tiles, a float32-accumulating GEMV),
     # and a near-tie flips some way into a sentence: each prompt up to its first tie, and the logits test above.
     if dtype == 'float32': assert_same_greedy(ref, fast, params, 24)
@@ -120,19 +123,22 @@ LONG = ' '.join(['The history of the river valley begins with the first farmers,
 def test_prefill_kernel_greedy_text_equals_sdpa(default_model):
     """Day 11's prefill attention (AMX's tiles, or AVX512-BF16's dot products) against SDPA (`--no-prefill-kernel`), its reference, in bfloat16 on the default model: the kernel
     runs in the prefill (the profiler names it), greedy tokens equal up to the ties (a batch of four and each prompt alone, and a
-    100-token prompt prefilled whole and in 16-token chunks), and the first step's top logprobs within TIE of SDPA's."""
+    100-token prompt prefilled whole and in 16-token chunks), and the first step's top logprobs within TIE of SDPA's.
+    The batch-invariant mode (the default here) attends every token through the decode kernel: these leave it."""
     from torch.profiler import profile, ProfilerActivity
     from nanoserve.prefill_kernel import prefill_kernel, prefill_kernel_error
     from nanoserve.fast import bf16_isa
     if bf16_isa() is None: pytest.skip('the kernel is for CPUs with AMX or AVX512-BF16')
     assert prefill_kernel() is not None, prefill_kernel_error()
-    ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', prefill_kernel=False))
-    ker = Engine.build(default_model, config=EngineConfig(dtype='bfloat16'))
+    ref = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', prefill_kernel=False,
+                                                          batch_invariant=False))
+    ker = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', batch_invariant=False))
     assert not ref.runner.prefill_kernel and ker.runner.prefill_kernel
     with profile(activities=[ProfilerActivity.CPU]) as prof: ker.generate([LONG], SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
     assert any(e.key == 'nanoserve::prefill_attention' for e in prof.key_averages())
     assert_same_greedy_until_a_tie(ref, ker)
-    chunked = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', max_num_batched_tokens=16, max_mixed_batched_tokens=16))
+    chunked = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', max_num_batched_tokens=16,
+                                                              max_mixed_batched_tokens=16, batch_invariant=False))
     assert_same_greedy_until_a_tie(ref, chunked, prompts=[LONG, PROMPTS[0] + LONG])
     params = SamplingParams(temperature=0, max_tokens=1, logprobs=5)
     for a, b in zip(ref.generate(PROMPTS + [LONG], params, use_tqdm=False), ker.generate(PROMPTS + [LONG], params, use_tqdm=False)):
@@ -268,9 +274,11 @@ def test_decode_call_argmax_serves_greedy_rows_not_grammar_rows(default_model, m
     assert len(taken) >= 1 and len(calls) == len(taken) + 1      # a grammar's row: Day 14's argmax of the masked logits at every step
     assert got.token_ids == ref.generate([[5, 6, 7]], shaped, use_tqdm=False)[0].token_ids
 def test_decode_call_is_off_where_it_does_not_apply(tiny):
-    "The runner says why it runs the layers: float32 products by oneDNN, the batch-invariant mode, the flag, the decode kernel off; and each still generates."
+    """The runner says why it runs the layers: float32 products by oneDNN, the batch-invariant mode's padding, the flag,
+    the decode kernel off; and each still generates."""
     path = tiny('llama_tied_gqa')
-    for cfg, says in ((EngineConfig(dtype='float32', amx_linear=False), 'float32 kernel'), (EngineConfig(dtype='bfloat16', batch_invariant=True), 'batch-invariant'),
+    padded = EngineConfig(dtype='bfloat16', batch_invariant=True, pack_weights=False)   # no kernels: every step padded
+    for cfg, says in ((EngineConfig(dtype='float32', amx_linear=False), 'float32 kernel'), (padded, 'pads every step'),
                       (EngineConfig(dtype='bfloat16', decode_call=False), 'turned off'), (EngineConfig(dtype='bfloat16', decode_kernel=False), 'decode kernel')):
         eng = Engine.build(path, config=cfg)
         assert eng.runner.decode_call is None and says in eng.runner.decode_call_off, (cfg, eng.runner.decode_call_off)

@@ -57,7 +57,8 @@ def test_server_reports_quantized_weight_bytes(peaky):
 @pytest.mark.parametrize('mode', ['none', 'int8', 'int4'])
 def test_default_model_answers_paris(default_model, mode):
     r = subprocess.run([NANOSERVE, 'generate', '--model', str(default_model), '--chat', '--json', '--max-tokens', '24', '--quantization', mode,
-                        'What is the capital of France?'], capture_output=True, text=True, timeout=600)
+                        'What is the capital of France? Answer in one sentence.'],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'Paris' in json.loads(r.stdout.splitlines()[-1])['text']
 
