@@ -30,7 +30,7 @@ def fixed_order_refusal(model: CausalLM, decode_kernel: bool = True) -> str | No
     if not decode_kernel: return "the decode kernel is off (--no-decode-kernel)"
     takes = dt in (torch.float32, torch.bfloat16) and cfg.head_dim in DECODE_KERNEL_HEAD_SIZES
     if not takes or decode_kernel_lib() is None:
-        return f"Day 12's decode kernel does not take {str(dt).removeprefix('torch.')} at head size {cfg.head_dim} here"
+        return f"the decode-attention kernel does not take {str(dt).removeprefix('torch.')} at head size {cfg.head_dim} here"
     return None
 
 class ModelRunner:
