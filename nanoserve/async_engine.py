@@ -41,6 +41,7 @@ class EngineStats:
     prefix_cache_hits: int = 0     # of those, found
     num_paused_steps: int = 0      # steps given the whole budget by Day 16's waiting_served_ratio
     steps_by_batch: dict = field(default_factory=dict)   # {requests run together: steps} since start (Day 40's load generator reads its change over a run)
+    num_device_checks: int = 0     # tensor factories the device discipline saw name their device (--check-devices)
     def as_dict(self) -> dict: return asdict(self)
 
 # %% ../nbs/30_async.ipynb #bdf0e7ba
@@ -213,7 +214,8 @@ def stats(self: AsyncEngine) -> EngineStats:
     s = self.engine.snapshot()
     return EngineStats(self.running, s.num_running, s.num_waiting, c['num_requests'], c['num_finished'], c['num_aborted'], c['prompt_tokens'],
                        c['generation_tokens'], s.num_preemptions, s.num_steps, s.kv_usage, s.kv_free_blocks, s.kv_total_blocks,
-                       s.prefix_cache_queries, s.prefix_cache_hits, s.num_paused_steps, s.steps_by_batch)
+                       s.prefix_cache_queries, s.prefix_cache_hits, s.num_paused_steps, s.steps_by_batch,
+                       s.num_device_checks)
 
 @patch
 def capture_stats(self: AsyncEngine):

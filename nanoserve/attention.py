@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from .model import AttentionBackend, sdpa_reference
 from .kvcache import KVCache
-from .core import c_library, c_library_error, named_in_profile
+from .core import c_library, c_library_error, named_in_profile, HOST
 from .prefill_kernel import kernel_prefill_attention
 
 # %% auto #0
@@ -42,15 +42,19 @@ class AttentionMetadata:
     def num_tokens(self) -> int: return self.slot_mapping.numel()
 
 def build_metadata(chunks: list[SeqChunk], cache: KVCache) -> AttentionMetadata:
-    "Metadata for `chunks` (decodes first), reading slots from the cache's slot table."
-    nd = 0
+    """Metadata for `chunks` (decodes first), reading slots from the cache's slot table: built on the host from
+    the chunks, each tensor then copied once to the cache's device."""
+    nd, dev = 0, cache.slots.device
     while nd < len(chunks) and chunks[nd].num_tokens == 1: nd += 1
-    rows = torch.tensor([c.row for c in chunks for _ in range(c.num_tokens)], dtype=torch.int64)
-    pos = torch.cat([torch.arange(c.context_len - c.num_tokens, c.context_len) for c in chunks]) if chunks else torch.zeros(0, dtype=torch.int64)
-    slot_mapping = cache.slots[rows, pos].to(torch.int64) if chunks else pos
+    rows = torch.tensor([c.row for c in chunks for _ in range(c.num_tokens)], dtype=torch.int64, device=HOST)
+    spans = [torch.arange(c.context_len - c.num_tokens, c.context_len, device=HOST) for c in chunks]
+    pos = (torch.cat(spans) if chunks else torch.zeros(0, dtype=torch.int64, device=HOST)).to(dev, non_blocking=True)
+    slot_mapping = cache.slots[rows.to(dev, non_blocking=True), pos].to(torch.int64) if chunks else pos
     if (slot_mapping < 0).any(): raise ValueError("a scheduled token has no slot: allocate before building metadata")
-    return AttentionMetadata(chunks, slot_mapping, nd, torch.tensor([c.row for c in chunks[:nd]], dtype=torch.int64),
-                             torch.tensor([c.context_len for c in chunks[:nd]], dtype=torch.int64), pos)
+    decode_rows = torch.tensor([c.row for c in chunks[:nd]], dtype=torch.int64, device=HOST)
+    decode_context = torch.tensor([c.context_len for c in chunks[:nd]], dtype=torch.int64, device=HOST)
+    decode_rows, decode_context = (t.to(dev, non_blocking=True) for t in (decode_rows, decode_context))
+    return AttentionMetadata(chunks, slot_mapping, nd, decode_rows, decode_context, pos)
 
 # %% ../nbs/12_attention.ipynb #e2e2605c
 def _expand_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -82,7 +86,7 @@ def chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 
 def decode_slots(cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
     "The decodes' window: each decode row's first `width` slots (width the longest context), flattened to [nd * width] int64, padding slots at 0."
-    width = int(meta.decode_context.max())
+    width = max(c.context_len for c in meta.chunks[:meta.num_decodes])      # from the host's chunks: no read-back
     return cache.slots[meta.decode_rows, :width].to(torch.int64).clamp_(min=0).flatten()
 
 class PagedAttention(AttentionBackend):
@@ -98,8 +102,9 @@ class PagedAttention(AttentionBackend):
         [nd, width] as SDPA would make it from a boolean one (0 where a row sees the key, -inf past its context), made once."""
         if self._window is None:
             win, m = decode_slots(self.cache, self.meta), self.meta           # [nd * width]
-            seen = torch.arange(win.numel() // m.num_decodes) < m.decode_context[:, None]
-            self._window = win, torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float('-inf'))
+            seen = torch.arange(win.numel() // m.num_decodes, device=win.device) < m.decode_context[:, None]
+            mask = torch.zeros(seen.shape, dtype=dtype, device=win.device).masked_fill_(~seen, float('-inf'))
+            self._window = win, mask
         return self._window
 
     def decodes(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
@@ -557,20 +562,21 @@ def blocked_token_attention(cache: KVCache, meta: AttentionMetadata, layer: int,
     m, kc, vc = meta, cache.k[layer], cache.v[layer]
     n, T, H, D = m.num_tokens, *q.shape
     groups = H // kc.shape[1]
-    rows = torch.zeros(T, dtype=torch.int64)
-    pos = torch.full((T,), -1, dtype=torch.int64)
+    rows = torch.zeros(T, dtype=torch.int64, device=q.device)
+    pos = torch.full((T,), -1, dtype=torch.int64, device=q.device)
     for c in m.chunks: rows[c.start:c.start + c.num_tokens] = c.row
     pos[:n] = m.positions                                   # padded tokens: position -1, see nothing
-    mx = torch.full((T, H), float('-inf'), dtype=torch.float32)
-    den, acc = torch.zeros(T, H), torch.zeros(T, H, D)
+    mx = torch.full((T, H), float('-inf'), dtype=torch.float32, device=q.device)
+    den, acc = torch.zeros(T, H, device=q.device), torch.zeros(T, H, D, device=q.device)
     qf, scale = q.float(), 1 / math.sqrt(D)
     for b in range(math.ceil((int(pos.max()) + 1) / INVARIANT_BLOCK)):
-        kpos = torch.arange(b * INVARIANT_BLOCK, (b + 1) * INVARIANT_BLOCK).clamp(max=cache.max_model_len - 1)
+        block = torch.arange(b * INVARIANT_BLOCK, (b + 1) * INVARIANT_BLOCK, device=q.device)
+        kpos = block.clamp(max=cache.max_model_len - 1)
         idx = cache.slots[rows[:, None], kpos[None, :]].to(torch.int64).clamp(min=0)      # [T, B]
         K = kc[idx].float().repeat_interleave(groups, dim=2)                              # [T, B, H, D]
         V = vc[idx].float().repeat_interleave(groups, dim=2)
         s = (qf[:, None] * K).sum(-1) * scale                                               # [T, B, H]
-        valid = torch.arange(b * INVARIANT_BLOCK, (b + 1) * INVARIANT_BLOCK)[None, :] <= pos[:, None]
+        valid = torch.arange(b * INVARIANT_BLOCK, (b + 1) * INVARIANT_BLOCK, device=q.device)[None, :] <= pos[:, None]
         s = s.masked_fill(~valid[..., None], float('-inf'))
         new = torch.maximum(mx, s.amax(1))
         safe = torch.where(new == float('-inf'), 0.0, new)                                  # rows with no key yet

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 import torch
-from .core import NanoserveError, ConfigError
+from .core import NanoserveError, ConfigError, HOST
 from .model import CausalLM
 from .kvcache import KVCache
 from .buckets import DecodeShape, decode_shape, row_buckets, width_buckets, all_shapes
@@ -211,30 +211,34 @@ class CapturedDecode:
     def stats(self) -> CaptureStats: return CaptureStats.of(self)
 
 # %% ../nbs/54_capture.ipynb #04fae83f
+def _owned(logits: torch.Tensor) -> torch.Tensor: return logits if logits.device.type == 'cpu' else logits.clone()
+
 @torch.inference_mode()
 @patch
 def run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens: list[int]) -> torch.Tensor:
-    "Logits [len(rows), vocab] (float32, on the host) of one pure-decode step."
+    """Logits [len(rows), vocab] (float32) of one pure-decode step, on the model's device and the caller's own: on a
+    card a copy (the next replay overwrites a recording's output), on the CPU the tensor itself."""
     n, shape = len(rows), self.shape_of(len(rows), max(context_lens))
     self.decode_steps += 1
     if not self.persist: self.inputs = DecodeInputs(self.cache, self.inputs.max_rows, self.model.device)
     self.inputs.write(rows, tokens, context_lens, shape)
     if self.prefix_rule and not rows_are_a_prefix(rows):
         self.scattered_calls += 1; self.fallbacks['scattered'] += 1
-        ids = torch.tensor(rows + list(range(shape.rows - n)), dtype=torch.int64)    # padded rows: any row, their writes go to the pad slot
-        return decode_forward(self.model, self.cache, self.inputs, shape, row_ids=ids)[:n].cpu()
-    if not self.capture: return decode_forward(self.model, self.cache, self.inputs, shape)[:n].cpu()
+        padded = rows + list(range(shape.rows - n))         # padded rows: any row, their writes go to the pad slot
+        ids = torch.tensor(padded, dtype=torch.int64, device=HOST)
+        return _owned(decode_forward(self.model, self.cache, self.inputs, shape, row_ids=ids)[:n])
+    if not self.capture: return _owned(decode_forward(self.model, self.cache, self.inputs, shape)[:n])
     if shape not in self.recorded:
         if shape not in self.shapes or shape in self.refused:
             self.fallbacks['over_limit' if shape in self.refused else 'not_listed'] += 1
-            return decode_forward(self.model, self.cache, self.inputs, shape)[:n].cpu()
+            return _owned(decode_forward(self.model, self.cache, self.inputs, shape)[:n])
         try: self.record(shape)
         except CaptureLimitError:
             self.fallbacks['over_limit'] += 1; self.refused.add(shape)
-            return decode_forward(self.model, self.cache, self.inputs, shape)[:n].cpu()
+            return _owned(decode_forward(self.model, self.cache, self.inputs, shape)[:n])
         self.inputs.write(rows, tokens, context_lens, shape)   # a recorder may have run the core on these buffers: write them again
     self.replays += 1
-    return self.recorded[shape]()[:n].cpu()
+    return _owned(self.recorded[shape]()[:n])
 
 # %% ../nbs/54_capture.ipynb #c9ae97f9
 def _stats(x) -> CaptureStats:

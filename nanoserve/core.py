@@ -4,14 +4,16 @@
 
 # %% ../nbs/00_core.ipynb #16a7f004
 from __future__ import annotations
-import contextlib, ctypes, functools, hashlib, os, platform, subprocess, tempfile, threading, warnings
+import contextlib, ctypes, functools, hashlib, inspect, os, platform, subprocess, tempfile, threading, warnings
 from pathlib import Path
 import torch
+from torch.overrides import TorchFunctionMode
 
 # %% auto #0
-__all__ = ['CACHE_ENV', 'DTYPES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError', 'ModelNotFound',
-           'RequestError', 'PullError', 'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags', 'auto_dtype',
-           'resolve_dtype', 'sha256_file', 'human_bytes', 'c_library', 'c_library_error', 'named_in_profile']
+__all__ = ['CACHE_ENV', 'DTYPES', 'HOST', 'FACTORIES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError',
+           'ModelNotFound', 'RequestError', 'PullError', 'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags',
+           'auto_dtype', 'resolve_dtype', 'sha256_file', 'human_bytes', 'c_library', 'c_library_error',
+           'named_in_profile', 'DeviceError', 'DeviceDiscipline']
 
 # %% ../nbs/00_core.ipynb #2b605166
 class NanoserveError(Exception):
@@ -141,3 +143,33 @@ def named_in_profile(name: str):
     """`torch.profiler.record_function(name)` while the profiler runs, so a kernel called through ctypes is named in a profile as an
     operator would be; nothing otherwise (the context manager itself costs about 8 µs, and a decode step calls kernels 150 times)."""
     return torch.profiler.record_function(name) if getattr(torch.autograd.profiler, '_is_profiler_enabled', True) else contextlib.nullcontext()
+
+# %% ../nbs/00_core.ipynb #2d0e8497
+HOST = torch.device('cpu')    # a tensor's home when it is the host's on purpose: built there, copied once
+
+class DeviceError(NanoserveError, RuntimeError):
+    "A tensor made without naming its device while the device discipline is on."
+
+FACTORIES = frozenset({torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.tensor, torch.as_tensor,
+                       torch.rand, torch.randn, torch.randint, torch.randperm, torch.linspace, torch.eye,
+                       torch.empty_strided})
+
+class DeviceDiscipline(TorchFunctionMode):
+    """While on, a tensor factory called from nanoserve's code must name its device (the engine's, or `HOST`); other
+    code is not checked, nor a compiled region (traced once, not run). `checked`: the factories it saw."""
+    def __init__(self):
+        super().__init__()
+        self.checked = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in FACTORIES and not torch.compiler.is_compiling():
+            caller = inspect.currentframe().f_back
+            if caller.f_globals.get('__name__', '').startswith('nanoserve.'):
+                self.checked += 1
+                copies = func is torch.as_tensor and args and isinstance(args[0], torch.Tensor)    # its input's device
+                if kwargs.get('device') is None and not copies:
+                    where = f"{caller.f_globals['__name__']}.{caller.f_code.co_name} (line {caller.f_lineno})"
+                    raise DeviceError(f"torch.{func.__name__} without a device in {where}: on a GPU it would be made "
+                                      "on the host; name device= (the engine's device, or HOST where it belongs there)")
+        return func(*args, **kwargs)

@@ -260,7 +260,7 @@ class DecodeCall:
         self._check_pools()
         h = self.model.model.embed_tokens.weight.index_select(0, input_ids)       # [R, hidden]: the embedding, as nn.Embedding looks it up
         win, pos, slots, ctx = decode_slots(self.cache, meta), meta.positions.contiguous(), meta.slot_mapping.contiguous(), meta.decode_context.contiguous()
-        logits = torch.empty(R, self.model.config.vocab_size, dtype=self.model.dtype)
+        logits = torch.empty(R, self.model.config.vocab_size, dtype=self.model.dtype, device=h.device)
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_forward(*self._args, h.data_ptr(), pos.data_ptr(), slots.data_ptr(), win.data_ptr(), win.numel() // R,
                                          ctx.data_ptr(), R, logits.data_ptr(), torch.get_num_threads())
@@ -280,7 +280,7 @@ class DecodeCall:
         tok, row, ctx, best = self._lists
         tok[:R], row[:R], ctx[:R] = tokens, rows, context_lens
         am = (self.argmax, ctypes.addressof(best)) if argmax and self.argmax else (None, None)
-        logits = torch.empty(R, self._out[0], dtype=self._out[1])
+        logits = torch.empty(R, self._out[0], dtype=self._out[1], device=self.model.device)
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_rows(*self._args, *self._rows_args, R, *self._table, logits.data_ptr(), torch.get_num_threads(), *am)
         self._raise(rc)

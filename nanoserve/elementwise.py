@@ -147,13 +147,13 @@ def _lib(): return elementwise_kernel()        # for the hot path: asked for onc
 def _kind(*ts) -> str | None:
     "'bf16' or 'f32' where every tensor is of that dtype and on the CPU (the kernels' two dtypes), else None."
     dt = ts[0].dtype
-    if any(t.dtype != dt or t.is_cuda for t in ts): return None
+    if any(t.dtype != dt or t.device.type != 'cpu' for t in ts): return None
     return {torch.bfloat16: 'bf16', torch.float32: 'f32'}.get(dt)
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
     "Day 04's `RMSNorm` of x [rows, n] in one pass (bfloat16 or float32, CPU, n a multiple of 16, unit stride within a row); None otherwise."
     if not (x.dim() == 2 and (kind := _kind(x, weight)) and x.shape[1] % 16 == 0 and x.stride(1) == 1 and weight.is_contiguous()) or (lib := _lib()) is None: return None
-    out = torch.empty(x.shape, dtype=x.dtype)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     with named_in_profile('nanoserve::rms_norm'):
         getattr(lib, f'rms_norm_{kind}')(x.data_ptr(), x.stride(0), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
     return out
@@ -172,7 +172,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
     "silu(gate) * up for gate_up [rows, 2 I] (gate first), in one pass (bfloat16 or float32, CPU, contiguous); None otherwise."
     if not (gate_up.dim() == 2 and (kind := _kind(gate_up)) and gate_up.is_contiguous() and gate_up.shape[1] % 2 == 0) or (lib := _lib()) is None: return None
     rows, I = gate_up.shape[0], gate_up.shape[1] // 2
-    out = torch.empty(rows, I, dtype=gate_up.dtype)
+    out = torch.empty(rows, I, dtype=gate_up.dtype, device=gate_up.device)
     with named_in_profile('nanoserve::silu_mul'): getattr(lib, f'silu_mul_{kind}')(gate_up.data_ptr(), out.data_ptr(), rows, I)
     return out
 

@@ -5,11 +5,11 @@
 # %% ../nbs/20_engine.ipynb #b9fcc0b8
 from __future__ import annotations
 from fastcore.basics import patch
-import itertools, threading, time
+import contextlib, itertools, threading, time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 import torch
-from .core import ConfigError, parse_dtype, dtype_name, resolve_dtype
+from .core import ConfigError, parse_dtype, dtype_name, resolve_dtype, DeviceDiscipline
 from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .fast import speed_up
 from .config import ModelConfig
@@ -58,6 +58,9 @@ class EngineConfig:
                                          "kernels run here (the CPU), else off; --no-batch-invariant: oneDNN's "
                                          "products past 32 rows and the prefill kernel's attention")
     check_invariants: bool = _flag(False, 'check the KV pool bookkeeping after every step (slow; for debugging)')
+    check_devices: bool = _flag(False, "refuse, while the engine steps or warms, a tensor nanoserve's code makes "
+                                "without naming its device (slow; for debugging: what would land on the host on a GPU "
+                                "fails on the CPU too)")
     compile: bool = _flag(False, "the layers' dense work through torch.compile (Day 49)")
     bucket_decode: bool = _flag(False, 'pad pure-decode steps to (row, width) buckets (Day 52)')
     persist_inputs: bool = _flag(False, 'decode inputs in buffers allocated once (Day 53)')
@@ -256,6 +259,7 @@ class Engine:
         self.texts: dict[str, str] = {}
         self._ids = itertools.count()
         self.num_steps = 0
+        self.num_device_checks = 0     # tensor factories the device discipline saw name their device (check_devices)
         self.steps_by_batch: dict[int, int] = {}   # steps counted by how many requests each ran together (a load generator's evidence of batching)
         self.num_computed_tokens = 0   # tokens run through the model, prompt and output (a prefix-cache hit is not computed)
         self._grammars, self._grammars_lock = None, threading.Lock()
@@ -284,7 +288,8 @@ class Engine:
         return cls(model, tokenizer, cache, Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids,
                                                      max_mixed_batched_tokens=config.max_mixed_batched_tokens,
                                                      waiting_served_ratio=config.waiting_served_ratio),
-                   make_runner(model, cache, stop_ids, config.batch_invariant, config.decode_kernel, config.decode_call, config.prefill_kernel), config, stop_ids, decode_path, batch)
+                   make_runner(model, cache, stop_ids, config.batch_invariant, config.decode_kernel, config.decode_call,
+                               config.prefill_kernel, config.check_devices), config, stop_ids, decode_path, batch)
 
     @classmethod
     def build(cls, model: str | Path | CausalLM, tokenizer: Tokenizer | None = None, config: EngineConfig | None = None,
@@ -353,8 +358,22 @@ def _detokenize(self: Engine, req: Request):
             self.scheduler.finish(req, RequestStatus.FINISHED_STOPPED, s)     # the scheduler writes every status (Day 16)
 
 @patch
+@contextlib.contextmanager
+def checking_devices(self: Engine):
+    "Day 00's device discipline around a step or a warm-up where check_devices is on (what it saw counted)."
+    if not self.config.check_devices:
+        yield
+        return
+    with DeviceDiscipline() as d:
+        try: yield
+        finally: self.num_device_checks += d.checked
+
+@patch
 def step(self: Engine) -> list[RequestOutput]:
     "One scheduling step; outputs of the requests that got a token (finished ones included)."
+    with self.checking_devices(): return _step(self)
+
+def _step(self: Engine) -> list[RequestOutput]:
     if self.batch is not None: self.batch.before_schedule(self.scheduler, self.cache)     # the step boundary (Day 58)
     out = self.scheduler.schedule()
     if self.batch is not None: self.batch.before_execute(out, self.scheduler, self.cache)
@@ -397,6 +416,7 @@ class EngineSnapshot:
     num_computed_tokens: int = 0       # tokens run through the model so far
     num_paused_steps: int = 0          # steps given the whole budget by Day 16's waiting_served_ratio
     steps_by_batch: dict = field(default_factory=dict)   # {requests run together: steps}, since boot
+    num_device_checks: int = 0         # tensor factories the device discipline saw name their device (check_devices)
 
 @patch
 def snapshot(self: Engine) -> EngineSnapshot:
@@ -405,7 +425,8 @@ def snapshot(self: Engine) -> EngineSnapshot:
     px = self.cache.prefix
     return EngineSnapshot(len(s.running), len(s.waiting), s.num_preemptions, self.num_steps, self.cache.usage, pool.num_free, pool.num_blocks,
                           px.queries if px is not None else 0, px.hits if px is not None else 0, self.num_computed_tokens,
-                          s.num_paused_steps, dict(self.steps_by_batch))        # a copy: the engine's thread goes on counting
+                          s.num_paused_steps, dict(self.steps_by_batch),        # a copy: the engine goes on counting
+                          self.num_device_checks)
 
 @patch
 def abort_all(self: Engine) -> int:

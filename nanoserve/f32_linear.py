@@ -219,7 +219,7 @@ def f32_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
                          "pack this layer's own weight with f32_pack")
     if bias is not None and bias.numel() != out_features: raise ValueError(f"the bias has {bias.numel()} values for {out_features} outputs")
     x = x.contiguous()
-    out = torch.empty(x.shape[0], out_features, dtype=torch.float32)
+    out = torch.empty(x.shape[0], out_features, dtype=torch.float32, device=x.device)
     if x.shape[0] == 0: return out
     b = None if bias is None else bias.detach().float().contiguous()
     with named_in_profile('nanoserve::f32_linear'):

@@ -394,7 +394,7 @@ def amx_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
     """x [rows, in] (bfloat16) @ w.T + bias from w's `amx_pack`ed copy: float32 sums, one rounding to bfloat16;
     `invariant`: through `amx_kernel(invariant=True)`, whose row bits do not depend on the number of rows."""
     x = x.contiguous()
-    out = torch.empty(x.shape[0], out_features, dtype=torch.bfloat16)
+    out = torch.empty(x.shape[0], out_features, dtype=torch.bfloat16, device=x.device)
     b = None if bias is None else bias.to(torch.bfloat16).contiguous()
     with named_in_profile('nanoserve::amx_linear'):
         failed = _amx_lib(invariant).amx_linear(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),

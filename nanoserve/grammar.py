@@ -8,7 +8,7 @@ import json, threading
 from collections import OrderedDict
 from dataclasses import dataclass
 import torch
-from .core import RequestError
+from .core import RequestError, HOST
 
 # %% auto #0
 __all__ = ['KINDS', 'JSON_OPTIONS', 'GrammarError', 'close_objects', 'Structured', 'Matcher', 'GrammarCompiler', 'unpack_bits',
@@ -143,12 +143,12 @@ class GrammarCompiler:
 # %% ../nbs/15_grammar.ipynb #5528bd1a
 def unpack_bits(bits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     "int32 bitmask [rows, words] -> bool [rows, vocab_size]: token t is allowed when bit t % 32 of word t // 32 is set."
-    shifts = torch.arange(32, dtype=torch.int32)
+    shifts = torch.arange(32, dtype=torch.int32, device=bits.device)
     return ((bits[:, :, None] >> shifts) & 1).bool().flatten(1)[:, :vocab_size]
 
 def unpack_reference(bits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     "The slow reference of `unpack_bits`: one token at a time."
-    out = torch.zeros(bits.shape[0], vocab_size, dtype=torch.bool)
+    out = torch.zeros(bits.shape[0], vocab_size, dtype=torch.bool, device=bits.device)
     for r in range(bits.shape[0]):
         for t in range(vocab_size): out[r, t] = bool((int(bits[r, t // 32]) >> (t % 32)) & 1)
     return out
@@ -156,7 +156,7 @@ def unpack_reference(bits: torch.Tensor, vocab_size: int) -> torch.Tensor:
 def allowed_tokens(compiler: GrammarCompiler, matchers: list[Matcher]) -> torch.Tensor:
     "bool [len(matchers), vocab]: the tokens each matcher allows next, filled in one call by llguidance's executor."
     words = (compiler.vocab_size + 31) // 32
-    bits = torch.zeros(len(matchers), words, dtype=torch.int32)
+    bits = torch.zeros(len(matchers), words, dtype=torch.int32, device=HOST)      # llguidance writes host memory
     compiler.executor.unsafe_compute_mask_ptr([(m.m, i) for i, m in enumerate(matchers)], bits.data_ptr(), words * 4, len(matchers))
     return unpack_bits(bits, compiler.vocab_size)
 
@@ -166,5 +166,5 @@ def constrain(logits: torch.Tensor, rows: list[int], matchers: list[Matcher], co
     for j, stops in enumerate(stop_ids):
         if not allowed[j].any() and stops: allowed[j, sorted(stops)] = True      # a matcher in its error state: end the request
     out = logits.clone()                      # never write into a buffer a recorded decode returned (Day 54)
-    out[rows] = out[rows].masked_fill(~allowed, float('-inf'))
+    out[rows] = out[rows].masked_fill(~allowed.to(out.device, non_blocking=True), float('-inf'))
     return out

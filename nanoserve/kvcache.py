@@ -8,7 +8,7 @@ import heapq, math, os
 from collections import OrderedDict
 from dataclasses import dataclass, asdict
 import torch
-from .core import NanoserveError, ConfigError, human_bytes, dtype_name, parse_dtype
+from .core import NanoserveError, ConfigError, human_bytes, dtype_name, parse_dtype, HOST
 from .config import ModelConfig
 from .prefix import PrefixIndex, PrefixHit, block_hashes
 
@@ -171,8 +171,8 @@ class KVCache:
         if end - start == 1:                           # a decode's one slot, without the tensor arithmetic below (32 of them a step)
             self._slots_np[self.rows[rid], start] = table[start // self.block_size] * self.block_size + start % self.block_size
             return self.rows[rid]
-        pos = torch.arange(start, end)
-        blocks = torch.tensor(table, dtype=torch.int64)[pos // self.block_size]
+        pos = torch.arange(start, end, device=HOST)                   # on the host, then one copy into the slot table
+        blocks = torch.tensor(table, dtype=torch.int64, device=HOST)[pos // self.block_size]
         self.slots[self.rows[rid], start:end] = (blocks * self.block_size + pos % self.block_size).to(self.slots)
         return self.rows[rid]
 
@@ -239,7 +239,7 @@ def _check_rows(cache: KVCache):
     for rid, row in cache.rows.items():
         line, table = cache.slots[row], cache.block_tables.get(rid, [])
         n = int((line >= 0).sum())                                         # allocated positions: a prefix of the row
-        want = torch.tensor([table[p // bs] * bs + p % bs for p in range(n)], dtype=line.dtype)
+        want = torch.tensor([table[p // bs] * bs + p % bs for p in range(n)], dtype=line.dtype, device=HOST)
         if n and not (torch.equal(line[:n].cpu(), want) and bool((line[n:] < 0).all())):
             raise KVCacheError(f"{rid}'s slot-table row {row} does not hold the slots of its block table")
     if cache.free_rows and not bool((cache.slots[list(cache.free_rows)] == cache.pad_slot).all()):

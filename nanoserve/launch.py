@@ -182,7 +182,7 @@ def warm_engine(engine: Engine, plan: CapturePlan | None = None) -> float:
     check_warm_before_serving(engine)
     check_capture_matches_cache(plan, engine.cache); check_capture_limit(plan, engine.decode_path)
     t0 = time.perf_counter()
-    warm_all(engine.decode_path, plan.shapes)
+    with engine.checking_devices(): warm_all(engine.decode_path, plan.shapes)
     check_all_shapes_captured(engine.decode_path, plan.shapes)
     engine.boot.seconds['warm'], engine.boot.warm = round(time.perf_counter() - t0, 3), True
     return engine.boot.seconds['warm']

@@ -5,14 +5,14 @@
 # %% ../nbs/19_parallel.ipynb #656d5ab8
 from __future__ import annotations
 import datetime, importlib, json, os, signal, subprocess, sys, threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace, fields
 from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from .core import NanoserveError, ConfigError, parse_dtype
+from .core import NanoserveError, ConfigError, parse_dtype, DeviceDiscipline, HOST
 from .config import ModelConfig
 from .model import CausalLM
 from .weights import load_weights, weight_bytes
@@ -324,9 +324,11 @@ def _pack_step(input_ids, positions, chunks: list[SeqChunk], sample_idx: list[in
     "A step as a header (what to run, and the lengths) and one int64 payload: token ids, positions, chunks, sampled rows, the slot table's window."
     R, W = (max(c.row for c in chunks) + 1, max(c.context_len for c in chunks)) if chunks else (0, 0)
     W = min(slots.shape[1], -(-W // INVARIANT_BLOCK) * INVARIANT_BLOCK)     # whole key blocks: the batch-invariant attention reads them
-    ch = torch.tensor([[c.row, c.start, c.num_tokens, c.context_len] for c in chunks], dtype=torch.int64).flatten()
-    head = torch.tensor([STEP, input_ids.numel(), len(chunks), len(sample_idx), R, W])
-    return head, torch.cat([input_ids.cpu(), positions.cpu(), ch, torch.tensor(sample_idx, dtype=torch.int64),
+    rows = [[c.row, c.start, c.num_tokens, c.context_len] for c in chunks]
+    ch = torch.tensor(rows, dtype=torch.int64, device=HOST).flatten()                  # gloo: host tensors
+    head = torch.tensor([STEP, input_ids.numel(), len(chunks), len(sample_idx), R, W], device=HOST)
+    sampled = torch.tensor(sample_idx, dtype=torch.int64, device=HOST)
+    return head, torch.cat([input_ids.cpu(), positions.cpu(), ch, sampled,
                             slots[:R, :W].cpu().to(torch.int64).flatten()])
 
 def _unpack_step(head: torch.Tensor, payload: torch.Tensor):
@@ -339,13 +341,14 @@ class ShardedRunner(ModelRunner):
     "Rank 0's runner: each step's inputs go to the other ranks by broadcast, then every rank runs the same forward over its shard."
     def __init__(self, model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(),
                  batch_invariant: bool | None = None, decode_kernel: bool = True, decode_call: bool = True,
-                 prefill_kernel: bool = True):
+                 prefill_kernel: bool = True, check_devices: bool = False):
         super().__init__(model, cache, stop_ids, batch_invariant, decode_kernel, decode_call, prefill_kernel)
         self.tp = model.tensor_parallel
         self.tp.send_json({'plan': {f.name: getattr(cache.plan, f.name) for f in fields(KVPoolPlan)}, 'max_batch_size': cache.slots.shape[0],
                            'max_model_len': cache.max_model_len, 'batch_invariant': self.batch_invariant,
                            'decode_kernel': decode_kernel,
-                           'decode_call': decode_call, 'prefill_kernel': prefill_kernel})
+                           'decode_call': decode_call, 'prefill_kernel': prefill_kernel,
+                           'check_devices': check_devices})
 
     @property
     def fault(self) -> BaseException | None: return self.tp.fault
@@ -368,10 +371,13 @@ class ShardedRunner(ModelRunner):
 
 # %% ../nbs/19_parallel.ipynb #55a66754
 def make_runner(model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool | None = None,
-                decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True) -> ModelRunner:
-    "The runner a model needs: `ShardedRunner` for rank 0 of a tensor-parallel model, else Day 18's."
-    cls = ShardedRunner if getattr(model, 'tensor_parallel', None) is not None else ModelRunner
-    return cls(model, cache, stop_ids, batch_invariant, decode_kernel, decode_call, prefill_kernel)
+                decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True,
+                check_devices: bool = False) -> ModelRunner:
+    """The runner a model needs: `ShardedRunner` for rank 0 of a tensor-parallel model, else Day 18's;
+    `check_devices`: the workers run their steps under Day 00's device discipline, as the engine runs rank 0's."""
+    args = (model, cache, stop_ids, batch_invariant, decode_kernel, decode_call, prefill_kernel)
+    if getattr(model, 'tensor_parallel', None) is None: return ModelRunner(*args)
+    return ShardedRunner(*args, check_devices=check_devices)
 
 def tensor_parallel_info(model: CausalLM) -> dict:
     "What /health says, at boot, about the split: the size, the backend, who started the ranks, rank 0's weight bytes and the workers' pids."
@@ -391,15 +397,18 @@ def serve_rank(tp: TensorParallel) -> int:
     cache = KVCache(model.config, KVPoolPlan(**spec['plan']), spec['max_batch_size'], spec['max_model_len'])
     runner = ModelRunner(model, cache, batch_invariant=spec['batch_invariant'], decode_kernel=spec['decode_kernel'],
                          decode_call=spec['decode_call'], prefill_kernel=spec['prefill_kernel'])
-    steps = 0
+    steps, checking = 0, DeviceDiscipline if spec.get('check_devices') else nullcontext
     with torch.inference_mode():
         while True:
-            head = tp.broadcast(torch.zeros(6, dtype=torch.int64), seconds=IDLE)
+            head = tp.broadcast(torch.zeros(6, dtype=torch.int64, device=HOST), seconds=IDLE)     # gloo: host tensors
             if int(head[0]) == STOP: return steps
             _, T, n, S, R, W = head.tolist()
-            input_ids, positions, chunks, sample_idx, window = _unpack_step(head, tp.broadcast(torch.empty(2 * T + 4 * n + S + R * W, dtype=torch.int64)))
-            cache.slots[:R, :W] = window.to(cache.slots)
-            runner.logits(input_ids.to(model.device), positions.to(model.device), build_metadata(chunks, cache), sample_idx)
+            payload = tp.broadcast(torch.empty(2 * T + 4 * n + S + R * W, dtype=torch.int64, device=HOST))
+            with checking():
+                input_ids, positions, chunks, sample_idx, window = _unpack_step(head, payload)
+                cache.slots[:R, :W] = window.to(cache.slots)
+                meta = build_metadata(chunks, cache)
+                runner.logits(input_ids.to(model.device), positions.to(model.device), meta, sample_idx)
             steps += 1
 
 def worker_main() -> int:

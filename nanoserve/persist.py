@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastcore.basics import patch
 import torch
 import torch.nn.functional as F
+from .core import HOST
 from .model import AttentionBackend, CausalLM
 from .kvcache import KVCache
 from .attention import window_attention, kernel_attention
@@ -38,12 +39,14 @@ def write(self: DecodeInputs, rows: list[int], tokens: list[int], context_lens: 
     "Fill the buffers for a decode of len(rows) requests padded to `shape`."
     n, R = len(rows), shape.rows
     if not 0 < n <= R <= self.max_rows: raise ValueError(f"{n} rows do not fit shape {shape} (buffers hold {self.max_rows})")
-    ctx = torch.tensor(context_lens, dtype=torch.int64)
-    slots = self.cache.slots[torch.tensor(rows), ctx - 1].to(torch.int64)
+    ctx = torch.tensor(context_lens, dtype=torch.int64, device=HOST)        # the step's lists: on the host, copied once
+    slots = self.cache.slots[torch.tensor(rows, device=HOST), ctx - 1].to(torch.int64)
     pad = R - n
-    for buf, real, fill in ((self.input_ids, torch.tensor(tokens, dtype=torch.int64), 0), (self.positions, ctx - 1, 0),
+    ids = torch.tensor(tokens, dtype=torch.int64, device=HOST)
+    temps = torch.tensor(temperature or [0.0] * n, dtype=torch.float32, device=HOST)
+    for buf, real, fill in ((self.input_ids, ids, 0), (self.positions, ctx - 1, 0),
                             (self.context_lens, ctx, 1), (self.slot_mapping, slots, self.cache.pad_slot),
-                            (self.temperature, torch.tensor(temperature or [0.0] * n, dtype=torch.float32), 0.0)):
+                            (self.temperature, temps, 0.0)):
         buf[:n].copy_(real, non_blocking=True)
         if pad: buf[n:R].fill_(fill)
     if self.slot_table is not self.cache.slots: self.slot_table[:R, :shape.width].copy_(self.cache.slots[:R, :shape.width], non_blocking=True)

@@ -249,7 +249,7 @@ def kernel_prefill_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor
           and (out is None or (out.shape == q.shape and out.dtype == q.dtype and out.stride(2) == 1 and out.stride(1) == D and out.stride(0) >= H * D)))
     if not ok or (lib := prefill_kernel()) is None: return None
     slots = slots.to(torch.int64).contiguous()
-    if out is None: out = torch.empty(q.shape, dtype=q.dtype)
+    if out is None: out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     with named_in_profile('nanoserve::prefill_attention'):
         failed = lib.prefill_attention_bf16(q.data_ptr(), q.stride(0), kc.data_ptr(), vc.data_ptr(), slots.data_ptr(), slots.numel(), n,
                                             out.data_ptr(), out.stride(0), H, kc.shape[1], D, 1 / math.sqrt(D), torch.get_num_threads())

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import ctypes
 import torch
+from .core import HOST
 from .model import CausalLM
 from .kvcache import KVCache
 from .attention import SeqChunk, build_metadata, PagedAttention, InvariantPagedAttention, INVARIANT_PAD
@@ -13,7 +14,7 @@ from .attention import DECODE_KERNEL_HEAD_SIZES, decode_kernel as decode_kernel_
 from .decode_call import DecodeCall, decode_call_refusal
 from .fast import invariant_refusal
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
-from .sampling import sample, stop_token_set, argmax_kernel
+from .sampling import sample, sample_on_device, stop_token_set, argmax_kernel
 from .grammar import constrain
 
 # %% auto #0
@@ -55,6 +56,8 @@ class ModelRunner:
         self.decode_call = DecodeCall(model, cache, argmax=am) if self.decode_call_off is None else None
         self.decode_path = None   # Day 54: an object whose run(rows, tokens, context_lens) serves pure-decode steps
         self.grammars = None      # Day 15: the engine's GrammarCompiler, once a request asked for structured output
+        # Day 14's batch sampler where the logits are on a card (one pass, one read-back); elsewhere the host's
+        self.sample_on_device = model.device.type == 'cuda'
 
     @property
     def invariance(self) -> dict:
@@ -86,13 +89,12 @@ class ModelRunner:
             start += s.num_tokens
             if s.samples: sample_idx.append(start - 1); samplers.append(s)
         meta = build_metadata(chunks, self.cache)
-        input_ids, positions = torch.tensor(ids, dtype=torch.int64), meta.positions
+        input_ids, positions = torch.tensor(ids, dtype=torch.int64, device=HOST), meta.positions    # ids: copied once
         if self.invariant_padding:
             pad = _pad_to(len(ids), INVARIANT_PAD) - len(ids)
-            input_ids = torch.cat([input_ids, torch.zeros(pad, dtype=torch.int64)])
-            positions = torch.cat([positions, torch.zeros(pad, dtype=torch.int64)])
-        dev = self.model.device
-        return input_ids.to(dev), positions.to(dev), meta, sample_idx, samplers
+            input_ids = torch.cat([input_ids, torch.zeros(pad, dtype=torch.int64, device=HOST)])
+            positions = torch.cat([positions, torch.zeros(pad, dtype=torch.int64, device=positions.device)])
+        return input_ids.to(self.model.device, non_blocking=True), positions, meta, sample_idx, samplers
 
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
         "Forward the step and sample one token for each request whose gap it closes."
@@ -123,7 +125,8 @@ class ModelRunner:
         rows = hidden[sample_idx]
         if self.invariant_padding:
             rows = torch.cat([rows, rows.new_zeros(_pad_to(len(sample_idx), INVARIANT_PAD) - len(sample_idx), rows.shape[1])])
-        return self.model.compute_logits(rows)[:len(sample_idx)].cpu()
+        logits = self.model.compute_logits(rows)[:len(sample_idx)]
+        return logits if self.sample_on_device else logits.cpu()
 
     def _sample(self, logits: torch.Tensor, scheduled: list[ScheduledRequest], best: list[int] | None = None) -> ModelRunnerOutput:
         states = [s.sampling for s in scheduled]
@@ -131,5 +134,7 @@ class ModelRunner:
         raw = logits
         if rows := [i for i, st in enumerate(states) if st.matcher is not None]:     # structured output: only what each grammar allows
             logits = constrain(logits, rows, [states[i].matcher for i in rows], self.grammars, [stops[i] | self.stop_ids for i in rows])
-        drawn = sample(logits, states, stops, raw=raw if rows else None, best=None if rows else best)   # logprobs: the model's own, mask or not
+        draw = sample_on_device if self.sample_on_device else sample
+        # logprobs: the model's own, mask or not
+        drawn = draw(logits, states, stops, raw=raw if rows else None, best=None if rows else best)
         return ModelRunnerOutput([s.request_id for s in scheduled], [t for t, _ in drawn], [lp for _, lp in drawn])

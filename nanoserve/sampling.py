@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 import ctypes, functools
 import torch
 from .generate import make_generator, top_k_top_p, check_sampling
-from .core import RequestError, c_library, named_in_profile
+from .core import RequestError, c_library, named_in_profile, HOST
 
 # %% auto #0
 __all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'ARGMAX_C', 'SamplingParams', 'stop_token_set', 'check_request', 'apply_penalties',
-           'sample_row', 'argmax_kernel', 'rows_argmax', 'nan_rows_argmax', 'top_logprobs', 'plain_greedy', 'sample']
+           'sample_row', 'argmax_kernel', 'rows_argmax', 'nan_rows_argmax', 'top_logprobs', 'plain_greedy', 'sample',
+           'counter_uniform', 'processed_logits', 'filtered_probs', 'sample_on_device']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
@@ -91,11 +92,12 @@ def check_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int
 def apply_penalties(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int]) -> torch.Tensor:
     "Repetition (prompt + output), presence and frequency (output) penalties on one row of logits [vocab]."
     if params.repetition_penalty != 1.0 and (prompt_ids or output_ids):
-        seen = torch.tensor(sorted(set(prompt_ids) | set(output_ids)), dtype=torch.long)
+        seen = torch.tensor(sorted(set(prompt_ids) | set(output_ids)), dtype=torch.long, device=logits.device)
         v = logits[seen]
         logits = logits.index_put((seen,), torch.where(v > 0, v / params.repetition_penalty, v * params.repetition_penalty))
     if (params.presence_penalty or params.frequency_penalty) and output_ids:
-        counts = torch.bincount(torch.tensor(output_ids, dtype=torch.long), minlength=logits.numel()).to(logits.dtype)
+        out_ids = torch.tensor(output_ids, dtype=torch.long, device=logits.device)
+        counts = torch.bincount(out_ids, minlength=logits.numel()).to(logits.dtype)
         logits = logits - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).to(logits.dtype)
     return logits
 
@@ -105,10 +107,10 @@ def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     logits = given = logits.float()
     if params.logit_bias:
         ids, bias = zip(*params.logit_bias)
-        logits = logits.index_add(0, torch.tensor(ids), torch.tensor(bias))
+        logits = logits.index_add(0, torch.tensor(ids, device=logits.device), torch.tensor(bias, device=logits.device))
     logits = apply_penalties(logits, params, list(prompt_ids), list(output_ids))
     if len(output_ids) < params.min_tokens and stop_ids:
-        logits = logits.index_fill(0, torch.tensor(sorted(stop_ids)), float('-inf'))
+        logits = logits.index_fill(0, torch.tensor(sorted(stop_ids), device=logits.device), float('-inf'))
     if not torch.isfinite(logits).any(): return int(given.argmax())      # penalties overflowed every allowed token: the likeliest one
     if params.greedy: return int(logits.argmax())
     probs = top_k_top_p(logits / params.temperature, max(params.top_k, 0), params.top_p).softmax(-1)
@@ -177,7 +179,7 @@ def rows_argmax(logits: torch.Tensor) -> list[int]:
     if (logits.dtype not in (torch.float32, torch.bfloat16) or logits.device.type != 'cpu' or logits.dim() != 2 or not logits.shape[1]
             or (lib := argmax_kernel()) is None):
         return logits.float().argmax(-1).tolist()
-    x, out = logits.contiguous(), torch.empty(logits.shape[0], dtype=torch.int64)
+    x, out = logits.contiguous(), torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
     f = lib.argmax_f32 if x.dtype == torch.float32 else lib.argmax_bf16
     with named_in_profile('nanoserve::argmax'): f(x.data_ptr(), x.shape[0], x.shape[1], out.data_ptr())
     return nan_rows_argmax(x, out.tolist())
@@ -213,4 +215,97 @@ def sample(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: 
     for i, (req, stops) in enumerate(zip(requests, stop_ids)):         # a row's view made only where it is read
         tok = best[i] if plain[i] else sample_row(logits[i], req.params, req.generator, req.prompt_token_ids, req.output_token_ids, stops)
         out.append((tok, None if req.params.logprobs is None else top_logprobs(logits[i] if raw is None else raw[i], tok, req.params.logprobs)))
+    return out
+
+# %% ../nbs/14_sampling.ipynb #ec9e3269
+_MIX = (-4658895280553007687, -7723592293110705685, -7046029254386353131)   # splitmix64's constants, as int64
+
+def _shr(x: torch.Tensor, k: int) -> torch.Tensor: return (x >> k) & ((1 << (64 - k)) - 1)     # a logical shift
+
+def counter_uniform(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    "A uniform float64 in [0, 1) per row from (seed, counter) int64 tensors: splitmix64's mixer, wherever they are."
+    x = seeds * _MIX[2] + counters                                      # products wrap, as in C
+    for shift, mul in ((30, _MIX[0]), (27, _MIX[1])): x = (x ^ _shr(x, shift)) * mul
+    x = x ^ _shr(x, 31)
+    return _shr(x, 11).double() / float(1 << 53)
+
+def _rows_tensor(lists: list[list[int]], fill: int, device) -> torch.Tensor:
+    "Ragged int lists as one padded [rows, longest] int64 tensor, made on the host and copied once."
+    width = max(1, max(map(len, lists)))
+    flat = [x for l in lists for x in l + [fill] * (width - len(l))]
+    return torch.tensor(flat, dtype=torch.int64, device=HOST).view(len(lists), width).to(device, non_blocking=True)
+
+# %% ../nbs/14_sampling.ipynb #e86a6c6c
+def processed_logits(logits: torch.Tensor, requests: list, stop_ids: list[set[int]]) -> torch.Tensor:
+    "`sample_row`'s processing for a batch [rows, vocab] at once: the bias, the penalties, then `min_tokens`' stops."
+    x, dev, (R, V) = logits.float(), logits.device, logits.shape
+    col = lambda vals, dt=torch.float32: torch.tensor(vals, dtype=dt, device=HOST).to(dev, non_blocking=True)[:, None]
+    bias = [(i, t, b) for i, r in enumerate(requests) for t, b in r.params.logit_bias]
+    if bias:
+        rows, toks, vals = zip(*bias)
+        x = x.index_put((col(rows, torch.int64)[:, 0], col(toks, torch.int64)[:, 0]), col(vals)[:, 0], accumulate=True)
+    outs = [list(r.output_token_ids) for r in requests]
+    if any(r.params.repetition_penalty != 1.0 for r in requests):
+        seen = [sorted(set(r.prompt_token_ids) | set(o)) if r.params.repetition_penalty != 1.0 else []
+                for r, o in zip(requests, outs)]
+        mask = torch.zeros(R, V + 1, dtype=torch.bool, device=dev).scatter_(1, _rows_tensor(seen, V, dev), True)[:, :V]
+        rp = col([r.params.repetition_penalty for r in requests])
+        x = torch.where(mask, torch.where(x > 0, x / rp, x * rp), x)
+    if any(r.params.presence_penalty or r.params.frequency_penalty for r in requests):
+        ids = _rows_tensor(outs, V, dev)
+        counts = torch.zeros(R, V + 1, device=dev).scatter_add_(1, ids, torch.ones(ids.shape, device=dev))[:, :V]
+        freq = col([r.params.frequency_penalty for r in requests])
+        x = x - freq * counts - col([r.params.presence_penalty for r in requests]) * (counts > 0)
+    early = [sorted(s) if len(o) < r.params.min_tokens and s else [] for r, o, s in zip(requests, outs, stop_ids)]
+    if any(early):
+        block = torch.zeros(R, V + 1, dtype=torch.bool, device=dev)
+        block = block.scatter_(1, _rows_tensor(early, V, dev), True)[:, :V]
+        x = x.masked_fill(block, float('-inf'))
+    return x
+
+def filtered_probs(x: torch.Tensor, requests: list) -> torch.Tensor:
+    "Each row's probabilities after its temperature, top-k, top-p and min-p ([rows, vocab]; greedy rows at 1)."
+    dev, V = x.device, x.shape[1]
+    col = lambda vals, dt=torch.float32: torch.tensor(vals, dtype=dt, device=HOST).to(dev, non_blocking=True)[:, None]
+    x = x / col([r.params.temperature if not r.params.greedy else 1.0 for r in requests])
+    k = col([r.params.top_k if 0 < r.params.top_k < V else V for r in requests], torch.int64)
+    ordered = x.sort(-1, descending=True).values
+    x = x.masked_fill(x < ordered.gather(1, k - 1), float('-inf'))          # ties at the k-th value stay, as topk's
+    ordered, order = x.sort(-1, descending=True)
+    p = ordered.softmax(-1)
+    drop = (p.cumsum(-1) - p >= col([r.params.top_p for r in requests])) & (col([r.params.top_p for r in requests]) < 1)
+    probs = x.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float('-inf')).softmax(-1)
+    return probs.masked_fill(probs < col([r.params.min_p for r in requests]) * probs.amax(-1, keepdim=True), 0.0)
+
+# %% ../nbs/14_sampling.ipynb #c1f93503
+def sample_on_device(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: torch.Tensor | None = None,
+                     best=None) -> list[tuple[int, dict | None]]:
+    """`sample`'s answer for a batch, computed where `logits` [rows, vocab] are (a card's memory): one pass over the
+    batch, one counter-based draw (`counter_uniform` of each request's seed and its output's length), one read-back.
+    `best` is ignored."""
+    dev = logits.device
+    given = logits.float()
+    x = processed_logits(logits, requests, stop_ids)
+    probs = filtered_probs(x, requests)
+    seeds = [r.generator.initial_seed() & ((1 << 63) - 1) for r in requests]
+    seeds = torch.tensor(seeds, dtype=torch.int64, device=HOST)
+    counts = torch.tensor([len(r.output_token_ids) for r in requests], dtype=torch.int64, device=HOST)
+    u = counter_uniform(seeds.to(dev, non_blocking=True), counts.to(dev, non_blocking=True))
+    cdf = probs.double().cumsum(-1)
+    drawn = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=x.shape[1] - 1)
+    greedy = torch.tensor([r.params.greedy for r in requests], device=HOST).to(dev, non_blocking=True)
+    broken = ~torch.isfinite(x).any(-1) | ~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)    # as sample_row
+    tokens = torch.where(greedy & ~broken, x.argmax(-1), torch.where(broken, given.argmax(-1), drawn))
+    want = [r.params.logprobs for r in requests]
+    if all(n is None for n in want): return [(t, None) for t in tokens.tolist()]
+    lp = (given if raw is None else raw.float()).log_softmax(-1)
+    n = max(w or 0 for w in want)
+    top = lp.topk(n) if n else None
+    picked = lp.gather(1, tokens[:, None])[:, 0]
+    tokens, picked = tokens.tolist(), picked.tolist()                                   # the read-back
+    values, ids = (top.values.tolist(), top.indices.tolist()) if n else ([[]] * len(requests), [[]] * len(requests))
+    out = []
+    for i, (t, w) in enumerate(zip(tokens, want)):
+        if w is None: out.append((t, None)); continue
+        out.append((t, {t: picked[i]} | {j: v for j, v in zip(ids[i][:w], values[i][:w])}))
     return out
