@@ -188,8 +188,11 @@ def cmd_bench(args) -> int:
                                    None if sharded else engine.tokenizer, batch=PersistentBatch, quantize=quantize_model)
                 w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
                 r1 = asdict(run_nanoserve(one, w1)); r1.update(quantization=args.quantization); r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
-                r1.update(paired_bandwidth_share(one, make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed + 1),
-                                        weight_bytes(one.model)))   # another such run (other prompts: no prefix-cache hits), a bandwidth probe after every step
+                if one.model.device.type == 'cpu':
+                    # another such run (other prompts: no prefix-cache hits), a host-memory probe after every step
+                    vocab = engine.model.config.vocab_size
+                    w2 = make_workload(args.batch1_requests, (lo, hi), args.output_len, vocab, args.seed + 1)
+                    r1.update(paired_bandwidth_share(one, w2, weight_bytes(one.model)))
                 rows.append(r1 | {'repeat': rep}); one.close()
             engine.close()
             if args.compare_transformers or args.compare_vllm: engine = one = None     # free the model before a peer loads its own
@@ -197,10 +200,12 @@ def cmd_bench(args) -> int:
             if args.compare_vllm:
                 rows.append(asdict(run_vllm(Path(args.vllm_venv)/'bin'/'python', peer_path, dtype, w, args.max_batch_size, args.max_model_len or 2048)) | {'repeat': rep})
             print(f"[{dtype} round {rep + 1} of {args.repeats} done]", file=sys.stderr, flush=True)
-    for r in rows: r['machine'] = machine()                  # the CPU model and its vector extensions, beside every number
+    device = config_from_args(args).device
+    for r in rows: r['machine'] = machine(device)            # the CPU model, its vector extensions and the card
     write_csv(rows, args.csv)
     best, median = best_of_repeats(rows)
-    print(f"machine: {machine()}; {args.num_requests} requests, prompts {lo}-{hi} tokens, {args.output_len} output tokens each"
+    print(f"machine: {machine(device)}; {args.num_requests} requests, prompts {lo}-{hi} tokens, "
+          f"{args.output_len} output tokens each"
           + (f"; fastest and median of {args.repeats} rounds" if args.repeats > 1 else ''))
     print(f"{'engine':<22}{'dtype':<10}{'batch':>6}{'out tok/s':>11}{'(median)':>10}{'step p50 ms':>13}{'of ceiling':>12}{'(paired)':>10}{'(decodes)':>11}")
     for r in best:

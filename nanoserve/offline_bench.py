@@ -124,13 +124,24 @@ def run_vllm(python: str | Path, path, dtype: str, w: Workload, max_num_seqs: in
                        (w.num_output_tokens + w.num_prompt_tokens) / secs)
 
 # %% ../nbs/24_offline_bench.ipynb #6066a8c2
-def gemm_rate(m: int, k: int, n: int, dtype='float32', seconds: float = 0.5) -> float:
-    "FLOP/s of a Linear with [n, k] weights on [m, k] inputs in `dtype`, on this machine, now."
-    dt = parse_dtype(dtype)
-    a, w = torch.randn(m, k).to(dt), torch.randn(n, k).to(dt)           # weights [out, in], as nn.Linear holds them
-    F.linear(a, w); reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds: F.linear(a, w); reps += 1
-    return 2 * m * k * n * reps / (time.perf_counter() - t0)
+def _timed_rate(work, amount: float, device: torch.device, seconds: float) -> float:
+    "`amount` per second of `work()` repeated for about `seconds`, the device's queue drained before and after."
+    sync = torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
+    work(); sync()
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        work()
+        reps += 1
+        if device.type == 'cuda' and reps % 20 == 0: sync()
+    sync()
+    return amount * reps / (time.perf_counter() - t0)
+
+def gemm_rate(m: int, k: int, n: int, dtype='float32', seconds: float = 0.5, device='cpu') -> float:
+    "FLOP/s of a Linear with [n, k] weights on [m, k] inputs in `dtype`, on this machine's `device`, now."
+    dt, dev = parse_dtype(dtype), torch.device(device)
+    a = torch.randn(m, k, device=dev).to(dt)
+    w = torch.randn(n, k, device=dev).to(dt)           # weights [out, in], as nn.Linear holds them
+    return _timed_rate(lambda: F.linear(a, w), 2 * m * k * n, dev, seconds)
 
 def sum_buffer(nbytes: int) -> torch.Tensor:
     """Ones to sum, float32, on huge pages where Linux grants them (Day 06's `huge_buffer`): since the sixteenth pass the weights a
@@ -138,20 +149,20 @@ def sum_buffer(nbytes: int) -> torch.Tensor:
     x = huge_buffer(nbytes // 4 * 4).view(torch.float32); x.fill_(1.0)
     return x
 
-def memory_bandwidth(nbytes: int = 1 << 30, seconds: float = 0.5) -> float:
-    "Bytes/s of a large sum (a read-bandwidth estimate), on huge pages where there are some (`sum_buffer`)."
-    x = sum_buffer(nbytes)
-    x.sum(); reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds: x.sum(); reps += 1
-    return nbytes * reps / (time.perf_counter() - t0)
+def memory_bandwidth(nbytes: int = 1 << 30, seconds: float = 0.5, device='cpu') -> float:
+    """Bytes/s of a large sum (a read-bandwidth estimate): in host memory on huge pages where there are some
+    (`sum_buffer`), or in a GPU's own memory."""
+    dev = torch.device(device)
+    x = sum_buffer(nbytes) if dev.type == 'cpu' else torch.ones(nbytes // 4, device=dev)
+    return _timed_rate(x.sum, nbytes, dev, seconds)
 
 def ceilings(model, batch: int) -> dict:
-    "Decode tokens/s ceilings: GEMM-bound at `batch` rows, bandwidth-bound at batch 1."
+    "Decode tokens/s ceilings: GEMM-bound at `batch` rows, bandwidth-bound at batch 1, measured on the model's device."
     from nanoserve.weights import weight_bytes
     cfg, dt = model.config, str(model.dtype).removeprefix('torch.')
     params = sum(p.numel() for p in model.parameters()) - (cfg.vocab_size * cfg.hidden_size)   # the embedding is a lookup
-    rate = gemm_rate(batch, cfg.hidden_size, cfg.intermediate_size, dt)
-    bw = memory_bandwidth()
+    rate = gemm_rate(batch, cfg.hidden_size, cfg.intermediate_size, dt, device=model.device)
+    bw = memory_bandwidth(device=model.device)
     return {'gemm_gflops': rate / 1e9, 'gemm_ceiling_tok_s': rate / (2 * params), 'bandwidth_gbs': bw / 1e9,
             'bandwidth_ceiling_tok_s': bw / weight_bytes(model)}
 
@@ -205,9 +216,12 @@ def cpu_model() -> str:
     ext = [f for f in ('avx2', 'avx512f', 'avx512_vnni', 'avx512_bf16', 'amx_tile', 'amx_bf16') if f in flags]
     return f"{name} ({' '.join(ext) or 'no AVX2'})"
 
-def machine() -> str:
-    "A line naming this machine: CPU model and extensions, cores, torch, threads."
-    return f"{cpu_model()}, {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
+def machine(device='cpu') -> str:
+    "A line naming this machine: CPU model and extensions, cores, torch, threads; first the card where `device` is one."
+    cores, threads = os.cpu_count(), torch.get_num_threads()
+    host = f"{cpu_model()}, {platform.machine()}, {cores} cores, torch {torch.__version__}, {threads} threads"
+    if torch.device(device).type != 'cuda': return host
+    return f"{torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}; host {host}"
 
 def best_of_repeats(rows: list[dict]) -> tuple[list[dict], dict]:
     "The fastest run of each (engine, dtype, batch) among `bench offline --repeats` rounds, in first-seen order, and each one's median output tok/s."
