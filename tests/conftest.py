@@ -74,3 +74,7 @@ def pytest_terminal_summary(terminalreporter):
     f32 = f"the {f32_isa()} kernel" if f32_isa() else "no kernel of nanoserve's own (no AVX2 here)"
     terminalreporter.write_line(f"cpu: {cpu_model()}; batch-invariant paths covered here: bfloat16 products on {bf}; "
                                 f"float32 products on {f32}")
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', "cuda: needs a CUDA device; skipped elsewhere, run on the lent GPU machine "
+                                       "by bench/gpu/run.sh (pytest -m cuda)")

@@ -1,0 +1,53 @@
+"""The engine on a CUDA device (`pytest -m cuda`; skipped where torch sees none): eager and recorded decodes, the
+persistent batch, the prefix cache, structured output, seeded sampling and a real server, every step under the device
+discipline. bench/gpu/run.sh runs these first on the lent GPU machine; no CPU session can."""
+import asyncio
+import httpx, openai, pytest, torch
+from nanoserve.engine import EngineConfig
+from nanoserve.launch import build_engine
+from nanoserve.batch import PersistentBatch
+from nanoserve.loadgen import spawn_server
+from test_device_discipline import PROMPTS, mixed_params
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')]
+CUDA = dict(device='cuda', max_batch_size=4, max_model_len=256, check_devices=True)
+GRAPHS = dict(bucket_decode=True, persist_inputs=True, capture_decode=True, capture_recorder='cuda_graph')
+
+def run(path, **flags):
+    engine = build_engine(str(path), EngineConfig(**CUDA | flags), batch=PersistentBatch)
+    outs = engine.generate(PROMPTS * 2, mixed_params() * 2, use_tqdm=False)
+    return engine, [o.token_ids for o in outs]
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_eager_on_cuda(peaky, dtype):
+    "Every sampling path, the prefix cache and a grammar, eager on the card: the first GPU run died at a decode."
+    engine, toks = run(peaky, dtype=dtype)
+    assert str(engine.model.device).startswith('cuda') and engine.cache.k.is_cuda
+    assert len(toks[0]) == 12 and all(toks)
+    assert engine.snapshot().prefix_cache_hits > 0 and engine.snapshot().num_device_checks > 0
+
+def test_recorded_decode_equals_eager_on_cuda(peaky):
+    "CUDA graphs over the persistent batch give the eager tokens (float32, logits far apart); every decode replays."
+    _, eager = run(peaky, dtype='float32')
+    engine, graphs = run(peaky, dtype='float32', **GRAPHS)
+    assert graphs == eager
+    stats = engine.decode_path.stats
+    assert stats.replays > 0 and stats.replay_share == 1.0, stats
+
+def test_server_on_cuda(peaky):
+    "A real server on the card with the capture, under the check: seeded and JSON requests from the openai client."
+    flags = ('--device', 'cuda', '--cuda-graphs', '--check-devices', '--max-model-len', '256', '--max-batch-size', '4',
+             '--served-model-name', 'tiny')
+    with spawn_server(peaky, *flags) as (url, _):
+        async def crowd():
+            client = openai.AsyncOpenAI(base_url=url + '/v1', api_key='none', max_retries=0)
+            async def one(i):
+                body = dict(model='tiny', prompt=PROMPTS[i % 3], max_tokens=12, temperature=0.8, seed=i)
+                if i % 3 == 2: body['extra_body'] = {'response_format': {'type': 'json_object'}}
+                return (await client.completions.create(**body)).choices[0].finish_reason
+            return await asyncio.gather(*map(one, range(8)))
+        finished = asyncio.run(crowd())
+        health = httpx.get(url + '/health').json()
+    assert all(f in ('length', 'stop') for f in finished), finished
+    assert health['device'].startswith('cuda') and health['stats']['num_device_checks'] > 0
+    assert health['cuda_graphs']['runtime']['replays'] > 0
