@@ -360,7 +360,7 @@ def _detokenize(self: Engine, req: Request):
 @patch
 @contextlib.contextmanager
 def checking_devices(self: Engine):
-    "Day 00's device discipline around a step or a warm-up where check_devices is on (what it saw counted)."
+    "The device discipline around a step or a warm-up where check_devices is on (what it saw counted)."
     if not self.config.check_devices:
         yield
         return

@@ -373,8 +373,8 @@ class ShardedRunner(ModelRunner):
 def make_runner(model: CausalLM, cache: KVCache, stop_ids: set[int] = frozenset(), batch_invariant: bool | None = None,
                 decode_kernel: bool = True, decode_call: bool = True, prefill_kernel: bool = True,
                 check_devices: bool = False) -> ModelRunner:
-    """The runner a model needs: `ShardedRunner` for rank 0 of a tensor-parallel model, else Day 18's;
-    `check_devices`: the workers run their steps under Day 00's device discipline, as the engine runs rank 0's."""
+    """The runner a model needs: `ShardedRunner` for rank 0 of a tensor-parallel model, else `ModelRunner`;
+    `check_devices`: the workers run their steps under the device discipline, as the engine runs rank 0's."""
     args = (model, cache, stop_ids, batch_invariant, decode_kernel, decode_call, prefill_kernel)
     if getattr(model, 'tensor_parallel', None) is None: return ModelRunner(*args)
     return ShardedRunner(*args, check_devices=check_devices)

@@ -56,7 +56,7 @@ class ModelRunner:
         self.decode_call = DecodeCall(model, cache, argmax=am) if self.decode_call_off is None else None
         self.decode_path = None   # Day 54: an object whose run(rows, tokens, context_lens) serves pure-decode steps
         self.grammars = None      # Day 15: the engine's GrammarCompiler, once a request asked for structured output
-        # Day 14's batch sampler where the logits are on a card (one pass, one read-back); elsewhere the host's
+        # the batch sampler where the logits are on a card (one pass, one read-back); elsewhere the host's
         self.sample_on_device = model.device.type == 'cuda'
 
     @property

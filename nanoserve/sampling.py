@@ -11,9 +11,10 @@ from .generate import make_generator, top_k_top_p, check_sampling
 from .core import RequestError, c_library, named_in_profile, HOST
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'ARGMAX_C', 'SamplingParams', 'stop_token_set', 'check_request', 'apply_penalties',
-           'sample_row', 'argmax_kernel', 'rows_argmax', 'nan_rows_argmax', 'top_logprobs', 'plain_greedy', 'sample',
-           'counter_uniform', 'processed_logits', 'filtered_probs', 'sample_on_device']
+__all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'ARGMAX_C', 'COLUMNS', 'SamplingParams', 'stop_token_set', 'check_request',
+           'apply_penalties', 'sample_row', 'argmax_kernel', 'rows_argmax', 'nan_rows_argmax', 'top_logprobs',
+           'plain_greedy', 'sample', 'counter_uniform', 'row_columns', 'processed_logits', 'filtered_probs',
+           'sample_on_device']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
@@ -229,6 +230,19 @@ def counter_uniform(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor
     x = x ^ _shr(x, 31)
     return _shr(x, 11).double() / float(1 << 53)
 
+COLUMNS = ('temperature', 'top_k', 'top_p', 'min_p', 'repetition_penalty', 'frequency_penalty', 'presence_penalty')
+
+def row_columns(requests: list, vocab_size: int, device) -> dict[str, torch.Tensor]:
+    """Each request's sampling numbers as [rows, 1] float32 columns, from one host tensor copied once: a greedy row's
+    temperature 1, top-k off as the vocabulary's size."""
+    def value(p, name):
+        if name == 'temperature': return 1.0 if p.greedy else p.temperature
+        if name == 'top_k': return p.top_k if 0 < p.top_k < vocab_size else vocab_size
+        return getattr(p, name)
+    vals = [[float(value(r.params, n)) for n in COLUMNS] for r in requests]
+    table = torch.tensor(vals, dtype=torch.float32, device=HOST).to(device, non_blocking=True)
+    return {n: table[:, i:i + 1] for i, n in enumerate(COLUMNS)}
+
 def _rows_tensor(lists: list[list[int]], fill: int, device) -> torch.Tensor:
     "Ragged int lists as one padded [rows, longest] int64 tensor, made on the host and copied once."
     width = max(1, max(map(len, lists)))
@@ -236,26 +250,26 @@ def _rows_tensor(lists: list[list[int]], fill: int, device) -> torch.Tensor:
     return torch.tensor(flat, dtype=torch.int64, device=HOST).view(len(lists), width).to(device, non_blocking=True)
 
 # %% ../nbs/14_sampling.ipynb #e86a6c6c
-def processed_logits(logits: torch.Tensor, requests: list, stop_ids: list[set[int]]) -> torch.Tensor:
+def processed_logits(logits: torch.Tensor, requests: list, stop_ids: list[set[int]],
+                     cols: dict | None = None) -> torch.Tensor:
     "`sample_row`'s processing for a batch [rows, vocab] at once: the bias, the penalties, then `min_tokens`' stops."
     x, dev, (R, V) = logits.float(), logits.device, logits.shape
-    col = lambda vals, dt=torch.float32: torch.tensor(vals, dtype=dt, device=HOST).to(dev, non_blocking=True)[:, None]
+    cols = cols or row_columns(requests, V, dev)
     bias = [(i, t, b) for i, r in enumerate(requests) for t, b in r.params.logit_bias]
     if bias:
-        rows, toks, vals = zip(*bias)
-        x = x.index_put((col(rows, torch.int64)[:, 0], col(toks, torch.int64)[:, 0]), col(vals)[:, 0], accumulate=True)
+        rows, toks, vals = torch.tensor(list(zip(*bias)), dtype=torch.float64, device=HOST).to(dev, non_blocking=True)
+        x = x.index_put((rows.long(), toks.long()), vals.float(), accumulate=True)
     outs = [list(r.output_token_ids) for r in requests]
     if any(r.params.repetition_penalty != 1.0 for r in requests):
         seen = [sorted(set(r.prompt_token_ids) | set(o)) if r.params.repetition_penalty != 1.0 else []
                 for r, o in zip(requests, outs)]
         mask = torch.zeros(R, V + 1, dtype=torch.bool, device=dev).scatter_(1, _rows_tensor(seen, V, dev), True)[:, :V]
-        rp = col([r.params.repetition_penalty for r in requests])
+        rp = cols['repetition_penalty']
         x = torch.where(mask, torch.where(x > 0, x / rp, x * rp), x)
     if any(r.params.presence_penalty or r.params.frequency_penalty for r in requests):
         ids = _rows_tensor(outs, V, dev)
         counts = torch.zeros(R, V + 1, device=dev).scatter_add_(1, ids, torch.ones(ids.shape, device=dev))[:, :V]
-        freq = col([r.params.frequency_penalty for r in requests])
-        x = x - freq * counts - col([r.params.presence_penalty for r in requests]) * (counts > 0)
+        x = x - cols['frequency_penalty'] * counts - cols['presence_penalty'] * (counts > 0)
     early = [sorted(s) if len(o) < r.params.min_tokens and s else [] for r, o, s in zip(requests, outs, stop_ids)]
     if any(early):
         block = torch.zeros(R, V + 1, dtype=torch.bool, device=dev)
@@ -263,19 +277,17 @@ def processed_logits(logits: torch.Tensor, requests: list, stop_ids: list[set[in
         x = x.masked_fill(block, float('-inf'))
     return x
 
-def filtered_probs(x: torch.Tensor, requests: list) -> torch.Tensor:
+def filtered_probs(x: torch.Tensor, requests: list, cols: dict | None = None) -> torch.Tensor:
     "Each row's probabilities after its temperature, top-k, top-p and min-p ([rows, vocab]; greedy rows at 1)."
-    dev, V = x.device, x.shape[1]
-    col = lambda vals, dt=torch.float32: torch.tensor(vals, dtype=dt, device=HOST).to(dev, non_blocking=True)[:, None]
-    x = x / col([r.params.temperature if not r.params.greedy else 1.0 for r in requests])
-    k = col([r.params.top_k if 0 < r.params.top_k < V else V for r in requests], torch.int64)
+    cols = cols or row_columns(requests, x.shape[1], x.device)
+    x = x / cols['temperature']
     ordered = x.sort(-1, descending=True).values
-    x = x.masked_fill(x < ordered.gather(1, k - 1), float('-inf'))          # ties at the k-th value stay, as topk's
+    x = x.masked_fill(x < ordered.gather(1, cols['top_k'].long() - 1), float('-inf'))    # ties at the k-th value stay
     ordered, order = x.sort(-1, descending=True)
     p = ordered.softmax(-1)
-    drop = (p.cumsum(-1) - p >= col([r.params.top_p for r in requests])) & (col([r.params.top_p for r in requests]) < 1)
+    drop = (p.cumsum(-1) - p >= cols['top_p']) & (cols['top_p'] < 1)
     probs = x.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float('-inf')).softmax(-1)
-    return probs.masked_fill(probs < col([r.params.min_p for r in requests]) * probs.amax(-1, keepdim=True), 0.0)
+    return probs.masked_fill(probs < cols['min_p'] * probs.amax(-1, keepdim=True), 0.0)
 
 # %% ../nbs/14_sampling.ipynb #c1f93503
 def sample_on_device(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: torch.Tensor | None = None,
@@ -285,15 +297,15 @@ def sample_on_device(logits: torch.Tensor, requests: list, stop_ids: list[set[in
     `best` is ignored."""
     dev = logits.device
     given = logits.float()
-    x = processed_logits(logits, requests, stop_ids)
-    probs = filtered_probs(x, requests)
-    seeds = [r.generator.initial_seed() & ((1 << 63) - 1) for r in requests]
-    seeds = torch.tensor(seeds, dtype=torch.int64, device=HOST)
-    counts = torch.tensor([len(r.output_token_ids) for r in requests], dtype=torch.int64, device=HOST)
-    u = counter_uniform(seeds.to(dev, non_blocking=True), counts.to(dev, non_blocking=True))
+    cols = row_columns(requests, logits.shape[1], dev)
+    x = processed_logits(logits, requests, stop_ids, cols)
+    probs = filtered_probs(x, requests, cols)
+    draws = [[r.generator.initial_seed() & ((1 << 63) - 1), len(r.output_token_ids), r.params.greedy] for r in requests]
+    draws = torch.tensor(draws, dtype=torch.int64, device=HOST).to(dev, non_blocking=True)    # seed, counter, greedy
+    u = counter_uniform(draws[:, 0], draws[:, 1])
     cdf = probs.double().cumsum(-1)
     drawn = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=x.shape[1] - 1)
-    greedy = torch.tensor([r.params.greedy for r in requests], device=HOST).to(dev, non_blocking=True)
+    greedy = draws[:, 2].bool()
     broken = ~torch.isfinite(x).any(-1) | ~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)    # as sample_row
     tokens = torch.where(greedy & ~broken, x.argmax(-1), torch.where(broken, given.argmax(-1), drawn))
     want = [r.params.logprobs for r in requests]
