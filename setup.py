@@ -24,6 +24,7 @@ setuptools.setup(
     python_requires='>=' + cfg['min_python'],
     packages=setuptools.find_packages(include=['nanoserve', 'nanoserve.*']),
     include_package_data=True,
+    package_data={'nanoserve': ['kernels/*.c']},            # the C kernels, compiled on first use
     install_requires=reqs('requirements'),
     extras_require={'test': test_reqs, 'dev': test_reqs + reqs('dev_requirements')},
     entry_points={'console_scripts': cfg['console_scripts'].split(),

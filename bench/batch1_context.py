@@ -1,17 +1,15 @@
 #!/usr/bin/env python
-"""Batch 1 at long contexts: Day 13's one decode call with Day 12's attention kernel as it is now (a lone row's query heads split
-across the threads since the sixteenth pass; each part asks for its whole window, into L2, before reading it, since the
-seventeenth), as the sixteenth pass left it (`-DPART_AHEAD=0`: no such request), as the fifteenth pass left it (the whole row
-on one thread while the other waits), and with no attention at all (a function that returns at once: what the rest of the call
-costs), interleaved in one process. Each round starts with a sum over as many bytes as the weights, and the rounds are sorted
-by its rate into the VM memory's slow and fast phases (since the seventeenth pass: a whole run can otherwise fall in either).
+"""Batch 1 at long contexts: the decode call with the decode-attention kernel (a lone row's query heads split across the
+threads, each part asking for its whole window, into L2, before reading it), and with no attention at all (a function that
+returns at once: what the rest of the call costs), interleaved in one process. Each round starts with a sum over as many bytes
+as the weights, and the rounds are sorted by its rate into the VM memory's slow and fast phases (a whole run can otherwise
+fall in either). The kernel's earlier builds that this script once compared are in git (commit 14883e4 and before).
 
     python bench/batch1_context.py --contexts 128,512,1024,2048,4000
 
 One request of `context` random tokens on the default model, prefilled, then its decode call timed as the engine makes it (the
-same inputs every call, so the same window). The attention kernels are swapped through the call's kernel table, as
-`bench/decode_call_split.py` does; the fifteenth pass's kernel is `bench/experiments/decode_kernel_fifteenth_pass.c`, built with
-today's flags; the earlier kernels must give the same bits. Writes OUT/batch1_context.{csv,txt} with the machine line. Not part of CI.
+same inputs every call, so the same window). The attention kernel is swapped through the call's kernel table, as
+`bench/decode_call_split.py` does. Writes OUT/batch1_context.{csv,txt} with the machine line. Not part of CI.
 """
 import argparse, ctypes, sys
 from pathlib import Path
@@ -21,7 +19,6 @@ from decode_call_split import NOTHING_C, step_inputs
 from alternating import alternate_by_phase, write_results
 from profile_step import ARMS
 from nanoserve.core import c_library
-from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS, DECODE_KERNEL_C
 from nanoserve.engine import EngineConfig
 from nanoserve.launch import build_engine
 from nanoserve.batch import PersistentBatch
@@ -30,7 +27,6 @@ from nanoserve.pull import resolve_model
 from nanoserve.offline_bench import machine, sum_buffer
 from nanoserve.weights import weight_bytes
 
-HERE = Path(__file__).resolve().parent
 
 def one_row_engine(path, dtype: str, context: int):
     "An engine holding one request of `context` random tokens, prefilled: every step from here is one decode."
@@ -48,24 +44,14 @@ def main():
     args = ap.parse_args()
     path, rows_out, mach = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr)), [], machine()
     nothing = c_library('decode_call_nothing', NOTHING_C, ('-O2', '-fPIC', '-shared'))
-    old = c_library('decode_attention_fifteenth_pass', (HERE/'experiments'/'decode_kernel_fifteenth_pass.c').read_text(), DECODE_KERNEL_FLAGS,
-                    ('-lmvec', '-lm'), _declare)
-    sixteenth = c_library('decode_attention_sixteenth_pass', DECODE_KERNEL_C, DECODE_KERNEL_FLAGS + ('-DPART_AHEAD=0',), ('-lmvec', '-lm'), _declare)
-    fn = 'decode_attention_bf16' if args.dtype == 'bfloat16' else 'decode_attention_f32'
     for context in map(int, args.contexts.split(',')):
         eng = one_row_engine(path, args.dtype, context)
         call = eng.runner.decode_call
         if call is None: sys.exit(f"the decode call does not apply here: {eng.runner.decode_call_off}")
         ids, meta = step_inputs(eng)
         nbytes = weight_bytes(eng.model); x = sum_buffer(nbytes)               # each round's probe: the memory's rate then
-        arms = {'kernel': call._kernels.attend, 'kernel-16th-pass': ctypes.cast(getattr(sixteenth, fn), ctypes.c_void_p).value,
-                'kernel-15th-pass': ctypes.cast(getattr(old, fn), ctypes.c_void_p).value,
-                'no attention': ctypes.cast(nothing.attend0, ctypes.c_void_p).value}
-        logits = {}
+        arms = {'kernel': call._kernels.attend, 'no attention': ctypes.cast(nothing.attend0, ctypes.c_void_p).value}
         with torch.inference_mode():
-            for a, ptr in arms.items():                                   # same inputs, same window: the two kernels' logits are equal
-                call._kernels.attend = ptr; logits[a] = call(ids, meta).clone()
-            assert torch.equal(logits['kernel'], logits['kernel-16th-pass']) and torch.equal(logits['kernel'], logits['kernel-15th-pass'])
             def three_calls(ptr):
                 def f():
                     call._kernels.attend = ptr

@@ -1,12 +1,10 @@
 #!/usr/bin/env python
 """Day 06's bfloat16 product kernel built without tiles (-DNO_TILES: avx512bf16's dot products at every row count, the build a CPU
-with AVX512-BF16 and no AMX takes) against oneDNN's packed bfloat16 product (the engine's product there before the thirteenth pass,
-and with --no-amx-linear), and against the float32 kernel over float32 copies of the same weights (twice the bytes), over the
+with AVX512-BF16 and no AMX takes) against oneDNN's packed bfloat16 product (the engine's product without the kernel, and with
+--no-amx-linear), and against the float32 kernel over float32 copies of the same weights (twice the bytes), over the
 products of one decode step of the default model's shapes (bench/amx_prefetch.py's: 30 layers and the LM head, 269 MB of random
 bfloat16 weights, each read from memory), beside a sum over a float32 tensor of the same size, the memory's rate in the same rounds.
-`dots-13th` is the same build of the kernel as the thirteenth pass left it (bench/experiments/bf16_dot_thirteenth_pass.c: blocks
-of 64 columns, passes of at most 4 rows), to compare with the fourteenth pass's (blocks of 32, passes of up to 12 rows, x
-transposed); the two must give the same bits. On a CPU with AMX the engine's AMX build is one more arm. Each build multiplies
+On a CPU with AMX the engine's AMX build is one more arm. Each build multiplies
 the copy its own `amx_pack` wrote.
 
     python bench/bf16_dot.py                                         # 2 threads
@@ -30,19 +28,17 @@ from nanoserve.offline_bench import machine
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--rows', default='1,2,4,8,16,32'); p.add_argument('--rounds', type=int, default=9)
-    p.add_argument('--threads', type=int, default=None); p.add_argument('--out', default='bench/results/fourteenth_pass')
+    p.add_argument('--threads', type=int, default=None); p.add_argument('--out', default='bench/results')
     a = p.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)
     if fast.bf16_isa() is None: sys.exit("this CPU has no AVX512-BF16: the kernel does not run here")
     dots = c_library('bf16_dot_linear', fast.AMX_LINEAR_C, fast.AMX_LINEAR_FLAGS + ('-DNO_TILES',), declare=fast._declare_amx)
-    old = c_library('bf16_dot_linear_13th', (Path(__file__).resolve().parent/'experiments'/'bf16_dot_thirteenth_pass.c').read_text(),
-                    fast.AMX_LINEAR_FLAGS + ('-DNO_TILES',), declare=fast._declare_amx)
     amx = fast.amx_kernel() if fast.bf16_isa() == 'amx' else None
     g, th = torch.Generator().manual_seed(0), torch.get_num_threads()
     weights = []                                   # (in, out, {build: its packed copy}, oneDNN's, the float32 kernel's)
     for k, n in SHAPES:
         w = torch.randn(n, k, generator=g).bfloat16()
-        own = {'dots': fast.amx_pack(w, dots), 'dots-13th': fast.amx_pack(w, old), **({'amx': fast.amx_pack(w)} if amx is not None else {})}
+        own = {'dots': fast.amx_pack(w, dots), **({'amx': fast.amx_pack(w)} if amx is not None else {})}
         weights.append((k, n, own, torch.ops.mkldnn._reorder_linear_weight(w, 32), f32_pack(w.float())))
     nbytes = sum(k * n * 2 for k, n, *_ in weights)
     flat = torch.randn(nbytes // 4, generator=g)
@@ -58,20 +54,17 @@ def main(argv=None):
         def f32():
             for k, n, *_, pf in weights: f32_product(xf[k], pf, None, n)
         for k, n, own, pd, _ in weights[:4] + weights[-1:]:
-            y, y13, want = torch.empty(m, n, dtype=torch.bfloat16), torch.empty(m, n, dtype=torch.bfloat16), torch.ops.mkldnn._linear_pointwise(xs[k], pd, None, 'none', [], '')
+            y, want = torch.empty(m, n, dtype=torch.bfloat16), torch.ops.mkldnn._linear_pointwise(xs[k], pd, None, 'none', [], '')
             assert dots.amx_linear(xs[k].data_ptr(), own['dots'].data_ptr(), None, y.data_ptr(), m, n, k, th) == 0
-            assert old.amx_linear(xs[k].data_ptr(), own['dots-13th'].data_ptr(), None, y13.data_ptr(), m, n, k, th) == 0
             assert ((y.float() - want.float()).abs() <= want.float().abs() * 2 ** -7 + 1e-2).all(), (m, k, n)
-            assert torch.equal(y, y13), (m, k, n)         # the new passes: the same sums in the same order
-        arms = {'dots': lambda: kernel(dots, 'dots'), 'dots-13th': lambda: kernel(old, 'dots-13th'), 'onednn': onednn, 'f32': f32, 'sum': lambda: flat.sum()}
+        arms = {'dots': lambda: kernel(dots, 'dots'), 'onednn': onednn, 'f32': f32, 'sum': lambda: flat.sum()}
         if amx is not None: arms['amx'] = lambda: kernel(amx, 'amx')
         med, best = alternate(arms, a.rounds)
         row = dict(threads=th, rows=m, **{f'{k}_ms': round(v, 2) for k, v in med.items()}, **{f'{k}_best_ms': round(best[k], 2) for k in arms},
                    dots_vs_onednn=round(med['onednn'] / med['dots'], 3), dots_vs_f32=round(med['f32'] / med['dots'], 3),
-                   dots_vs_13th=round(med['dots-13th'] / med['dots'], 3),
                    dots_gbs=round(nbytes / med['dots'] / 1e6, 1), sum_gbs=round(nbytes / med['sum'] / 1e6, 1), machine=machine())
         rows_out.append(row)
-        lines.append(f"{th} threads, {m:2d} rows: dots {med['dots']:5.1f} ms, thirteenth pass's {med['dots-13th']:5.1f} ms (x{row['dots_vs_13th']:.2f}), "
+        lines.append(f"{th} threads, {m:2d} rows: dots {med['dots']:5.1f} ms, "
                      f"oneDNN bfloat16 {med['onednn']:5.1f} ms (dots x{row['dots_vs_onednn']:.2f}), "
                      f"float32 kernel {med['f32']:5.1f} ms (x{row['dots_vs_f32']:.2f})" + (f", AMX build {med['amx']:5.1f} ms" if amx is not None else '')
                      + f"; dots read {row['dots_gbs']} GB/s, a sum {row['sum_gbs']} GB/s")

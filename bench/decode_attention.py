@@ -3,24 +3,14 @@
 
     python bench/decode_attention.py                      # 32 rows, contexts up to 160, 1 and 2 threads, float32 and bfloat16
     python bench/decode_attention.py --rows 8 --width 512 --threads 2 --arms sdpa,kernel
-    python bench/decode_attention.py --rows 1 --width 1024 --threads 2 --arms kernel-c,kernel-16th-pass --evict-mb 8
+    python bench/decode_attention.py --rows 1 --width 1024 --threads 2 --arms kernel-c,kernel --evict-mb 8
 
 Arms:
 - `sdpa`: Day 12's reference: K/V gathered from the pool through the slot table (`index_select`), then
   `scaled_dot_product_attention` with a boolean mask, a KV head's query heads as its queries (no K/V expansion);
 - `kernel`: Day 12's C kernel as the engine runs it (the pool read in place, rows split across the threads);
-- `kernel-c`: the same kernel called as the earlier passes' below are, straight through ctypes without `kernel_attention`'s
-  checks (some microseconds a layer, which at one row and short contexts is much of the time): the arm to compare them with;
-- `kernel-3rd-pass`: the C kernel as the speed issue's third pass left it (`bench/experiments/decode_kernel_third_pass.c`:
-  one thread, a head size known only at run time, no prefetch);
-- `kernel-5th-pass`: the C kernel as the fifth pass left it (`bench/experiments/decode_kernel_fifth_pass.c`: one key at a time
-  for every head, a horizontal sum per score, the outputs accumulated in memory, no FMA);
-- `kernel-14th-pass`: the C kernel as the fourteenth pass left it (`bench/experiments/decode_kernel_fourteenth_pass.c`: the rows
-  split by OpenMP's static schedule, and no prefetch of the next row's window); it must give the kernel's bits;
-- `kernel-15th-pass`: the C kernel as the fifteenth pass left it (`bench/experiments/decode_kernel_fifteenth_pass.c`: with fewer
-  rows than threads, whole rows still, so at batch 1 one thread computes while the other waits); it must give the kernel's bits;
-- `kernel-16th-pass`: today's kernel built as the sixteenth pass left it (`-DPART_AHEAD=0`: with fewer rows than threads, a part
-  of a row does not ask for its window before reading it, and prefetches its keys into L1 only); it must give the kernel's bits;
+- `kernel-c`: the same kernel called straight through ctypes, without `kernel_attention`'s checks (some microseconds a
+  layer, which at one row and short contexts is much of the time); it must give the kernel's bits;
 - `matmul`: the same gather, then scores by `matmul` in the model's dtype, a float32 softmax, and `matmul` with V;
 - `matmul-f32`: scores from float32 operands (the accuracy `sdpa` keeps in bfloat16, at the price of converting K);
 - `compiled`: the gather and the attention in one Inductor kernel (dynamic shapes), the pool read through the slot
@@ -31,15 +21,13 @@ layers in turn, so a layer's window is not in the cache when it is read, as in t
 layers' attention evict it. The arms alternate over --repeats rounds (this VM's speed drifts); the table gives each arm's
 fastest and median step. Writes OUT/decode_attention.{csv,txt} with the machine line. Not part of CI.
 """
-import argparse, ctypes, math, statistics, sys, time
+import argparse, math, statistics, sys, time
 from pathlib import Path
 import torch
 import torch.nn.functional as F
 from nanoserve.offline_bench import write_csv, machine
 from nanoserve.attention import kernel_attention
-from nanoserve.core import c_library
 
-HERE = Path(__file__).resolve().parent
 
 def setup(dtype, rows, width, layers, kvh=3, groups=3, D=64, pool=8192, block=16, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -84,40 +72,10 @@ def fused(q, kc, vc, win, ctx, kvh: int, groups: int, D: int):
 def kernel(q, kc, vc, win, ctx, kvh, groups, D):
     return kernel_attention(q, kc, vc, win, ctx)
 
-def third_pass_kernel():
-    "The third pass's kernel, built as it was built then (one thread)."
-    def declare(lib):
-        for f in (lib.decode_attention_f32, lib.decode_attention_bf16):
-            f.restype = ctypes.c_int
-            f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_float]
-    flags = ('-O3', '-march=native', '-fassociative-math', '-fno-signed-zeros', '-fno-trapping-math', '-fno-math-errno', '-fopenmp-simd', '-fPIC', '-shared', '-std=c11')
-    lib = c_library('decode_attention_third_pass', (HERE/'experiments'/'decode_kernel_third_pass.c').read_text(), flags, ('-lmvec', '-lm'), declare)
-    def run(q, kc, vc, win, ctx, kvh, groups, D):
-        out = torch.empty_like(q); R = q.shape[0]
-        f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
-        f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), win.data_ptr(), win.numel() // R, ctx.data_ptr(), None, None, out.data_ptr(), R, q.shape[1], kvh, D, 1 / math.sqrt(D))
-        return out
-    return run
-
-def fifth_pass_kernel():
-    "The fifth pass's kernel, built with the flags it had then (threaded, as the engine ran it)."
-    from nanoserve.attention import _declare
-    flags = ('-O3', '-march=native', '-fno-trapping-math', '-fno-math-errno', '-fopenmp', '-fPIC', '-shared', '-std=c11')
-    lib = c_library('decode_attention_fifth_pass', (HERE/'experiments'/'decode_kernel_fifth_pass.c').read_text(), flags, ('-lmvec', '-lm'), _declare)
-    def run(q, kc, vc, win, ctx, kvh, groups, D):
-        out = torch.empty_like(q); R = q.shape[0]
-        f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
-        f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), win.data_ptr(), win.numel() // R, ctx.data_ptr(), None, None, out.data_ptr(), R, q.shape[1], kvh, D,
-          1 / math.sqrt(D), torch.get_num_threads())
-        return out
-    return run
-
-def pass_kernel(name: str, file: str | None, defines: tuple[str, ...] = ()):
-    """An earlier pass's kernel (bench/experiments/`file`), or today's (`file` None), built with today's flags (and `defines`) and called
-    straight through ctypes."""
-    from nanoserve.attention import _declare, DECODE_KERNEL_FLAGS, DECODE_KERNEL_C
-    src = DECODE_KERNEL_C if file is None else (HERE/'experiments'/file).read_text()
-    lib = c_library(name, src, DECODE_KERNEL_FLAGS + defines, ('-lmvec', '-lm'), _declare)
+def direct_kernel():
+    "The engine's decode kernel called straight through ctypes."
+    from nanoserve.attention import decode_kernel
+    lib = decode_kernel()
     def run(q, kc, vc, win, ctx, kvh, groups, D):
         out = torch.empty_like(q); R = q.shape[0]
         f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
@@ -133,11 +91,9 @@ def main():
     ap.add_argument('--layers', type=int, default=30); ap.add_argument('--repeats', type=int, default=7)
     ap.add_argument('--evict-mb', type=int, default=0, help="before each layer's call, read this many MB (as the products between two "
                     "layers' attention stream a layer's weights: the default model's are 7 MB in bfloat16); 0: none")
-    ap.add_argument('--arms', default='sdpa,kernel,kernel-5th-pass,kernel-3rd-pass,matmul,matmul-f32,compiled'); ap.add_argument('--out', default='bench/results')
+    ap.add_argument('--arms', default='sdpa,kernel,matmul,matmul-f32,compiled'); ap.add_argument('--out', default='bench/results')
     args = ap.parse_args()
-    every = {'sdpa': sdpa, 'kernel': kernel, 'kernel-3rd-pass': third_pass_kernel(), 'kernel-5th-pass': fifth_pass_kernel(), 'kernel-14th-pass': pass_kernel('decode_attention_fourteenth_pass', 'decode_kernel_fourteenth_pass.c'),
-             'kernel-c': pass_kernel('decode_attention', None), 'kernel-15th-pass': pass_kernel('decode_attention_fifteenth_pass', 'decode_kernel_fifteenth_pass.c'),
-             'kernel-16th-pass': pass_kernel('decode_attention_sixteenth_pass', None, ('-DPART_AHEAD=0',)), 'matmul': matmul,
+    every = {'sdpa': sdpa, 'kernel': kernel, 'kernel-c': direct_kernel(), 'matmul': matmul,
              'matmul-f32': lambda *a, **k: matmul(*a, **k, f32=True), 'compiled': torch.compile(fused, dynamic=True)}
     arms = {a: every[a] for a in args.arms.split(',')}
     rows, mach = [], machine()
@@ -152,7 +108,7 @@ def main():
                 for name, f in arms.items():
                     t0 = time.perf_counter(); out = f(kc=pools[0][0], vc=pools[0][1], **rest); first[name] = time.perf_counter() - t0
                     err[name] = (out.double() - ref).abs().max().item()
-                    if name in ('kernel-14th-pass', 'kernel-15th-pass', 'kernel-16th-pass', 'kernel-c') and 'kernel' in first:   # no prefetch or split changes a bit
+                    if name == 'kernel-c':                                          # the same kernel, called another way: the same bits
                         assert torch.equal(out, kernel(kc=pools[0][0], vc=pools[0][1], **rest))
                 flush = torch.ones(args.evict_mb << 18)
                 for i in range(args.repeats):

@@ -4,7 +4,8 @@
 
 # %% ../nbs/00_core.ipynb #16a7f004
 from __future__ import annotations
-import contextlib, ctypes, functools, hashlib, inspect, os, platform, subprocess, tempfile, threading, warnings
+import contextlib, ctypes, functools, hashlib, importlib.resources, inspect, os, platform, subprocess, tempfile
+import threading, warnings
 from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
@@ -12,8 +13,8 @@ from torch.overrides import TorchFunctionMode
 # %% auto #0
 __all__ = ['CACHE_ENV', 'DTYPES', 'HOST', 'FACTORIES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError',
            'ModelNotFound', 'RequestError', 'PullError', 'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags',
-           'auto_dtype', 'resolve_dtype', 'sha256_file', 'human_bytes', 'c_library', 'c_library_error',
-           'named_in_profile', 'DeviceError', 'DeviceDiscipline']
+           'auto_dtype', 'resolve_dtype', 'sha256_file', 'human_bytes', 'kernel_source', 'kernel_lines', 'c_library',
+           'c_library_error', 'named_in_profile', 'DeviceError', 'DeviceDiscipline']
 
 # %% ../nbs/00_core.ipynb #2b605166
 class NanoserveError(Exception):
@@ -74,9 +75,11 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 def auto_dtype(device: str = 'cpu', flags: set[str] | None = None) -> tuple[str, str]:
-    "(dtype name, why) for `dtype='auto'` on `device`: bfloat16 where the hardware computes it natively, else float32 (CPU) or float16 (CUDA)."
+    """(dtype name, why) for `dtype='auto'` on `device`: bfloat16 where the hardware computes it natively, else float32
+    (CPU) or float16 (CUDA)."""
     if torch.device(device).type == 'cuda':
-        return ('bfloat16', 'the CUDA device supports bfloat16') if torch.cuda.is_bf16_supported() else ('float16', 'the CUDA device has no bfloat16')
+        if torch.cuda.is_bf16_supported(): return 'bfloat16', 'the CUDA device supports bfloat16'
+        return 'float16', 'the CUDA device has no bfloat16'
     flags = cpu_flags() if flags is None else flags
     if native := [f for f in ('amx_bf16', 'avx512_bf16') if f in flags]:
         return 'bfloat16', f"the CPU has {' and '.join(native)} (native bfloat16 products)"
@@ -102,13 +105,25 @@ def human_bytes(n: float) -> str:
         n /= 1000
 
 # %% ../nbs/00_core.ipynb #ckern02
-_c_libraries: dict = {}                 # name -> the loaded library, or the reason it could not be built: once per process
+def kernel_source(name: str) -> str:
+    "The C source of the kernel `name`: the file `nanoserve/kernels/{name}.c`, shipped with the package."
+    return (importlib.resources.files('nanoserve')/'kernels'/f'{name}.c').read_text()
+
+def kernel_lines(name: str, first: str, last: str | None = None) -> str:
+    "The lines of kernel `name` from the first holding `first` to the next starting with `last` (or that one line)."
+    lines = kernel_source(name).splitlines()
+    i = next(n for n, line in enumerate(lines) if first in line)
+    j = i if last is None else next(n for n in range(i + 1, len(lines)) if lines[n].startswith(last))
+    return '\n'.join(lines[i:j + 1])
+
+_c_libraries: dict = {}     # name -> the loaded library, or the reason it could not be built: once per process
 _c_lock = threading.Lock()
 
 def c_library(name: str, source: str, flags: tuple[str, ...], libs: tuple[str, ...] = (), declare=None,
               fallback: str = 'its PyTorch path') -> ctypes.CDLL | None:
-    """`source` compiled with the system's C compiler (`$CC`, else `cc`) into nanoserve's cache and loaded with ctypes, once per process;
-    `declare(lib)` sets its functions' types (and may refuse by raising OSError). None where it cannot be: warned once, reason in `c_library_error`."""
+    """`source` compiled with the system's C compiler (`$CC`, else `cc`) into nanoserve's cache and loaded with ctypes,
+    once per process; `declare(lib)` sets its functions' types (and may refuse by raising OSError). None where it cannot
+    be: warned once, reason in `c_library_error`."""
     with _c_lock:
         if name not in _c_libraries:
             try:
@@ -117,7 +132,8 @@ def c_library(name: str, source: str, flags: tuple[str, ...], libs: tuple[str, .
                 _c_libraries[name] = lib
             except (OSError, subprocess.SubprocessError, AttributeError) as e:
                 _c_libraries[name] = f"{type(e).__name__}: {e}"
-                warnings.warn(f"{name} falls back to {fallback}: its C kernel could not be built ({_c_libraries[name]})", RuntimeWarning)
+                warnings.warn(f"{name} falls back to {fallback}: its C kernel could not be built "
+                              f"({_c_libraries[name]})", RuntimeWarning)
         lib = _c_libraries[name]
         return None if isinstance(lib, str) else lib
 
@@ -128,21 +144,25 @@ def c_library_error(name: str) -> str | None:
 
 def _build_c(name: str, source: str, flags: tuple, libs: tuple) -> ctypes.CDLL:
     cc = os.environ.get('CC', 'cc')
-    key = hashlib.sha256('\0'.join([source, cc, *flags, *libs, platform.machine(), ' '.join(sorted(cpu_flags()))]).encode()).hexdigest()[:16]
+    parts = [source, cc, *flags, *libs, platform.machine(), ' '.join(sorted(cpu_flags()))]
+    key = hashlib.sha256('\0'.join(parts).encode()).hexdigest()[:16]
     so = cache_dir()/'kernels'/f'{name}-{key}.so'
     if not so.exists():
         so.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
             (src := Path(tmp)/f'{name}.c').write_text(source)
-            done = subprocess.run([cc, *flags, str(src), '-o', str(Path(tmp)/'k.so'), *libs], capture_output=True, text=True, timeout=120)
+            done = subprocess.run([cc, *flags, str(src), '-o', str(Path(tmp)/'k.so'), *libs],
+                                  capture_output=True, text=True, timeout=120)
             if done.returncode: raise OSError(f"{cc} failed: {done.stderr.strip()[-500:]}")
-            os.replace(Path(tmp)/'k.so', so)                            # whole or not at all, if two processes build it at once
+            os.replace(Path(tmp)/'k.so', so)              # whole or not at all, if two processes build it at once
     return ctypes.CDLL(str(so))
 
 def named_in_profile(name: str):
-    """`torch.profiler.record_function(name)` while the profiler runs, so a kernel called through ctypes is named in a profile as an
-    operator would be; nothing otherwise (the context manager itself costs about 8 µs, and a decode step calls kernels 150 times)."""
-    return torch.profiler.record_function(name) if getattr(torch.autograd.profiler, '_is_profiler_enabled', True) else contextlib.nullcontext()
+    """`torch.profiler.record_function(name)` while the profiler runs, so a kernel called through ctypes is named in a
+    profile as an operator would be; nothing otherwise (the context manager itself costs about 8 µs, and a decode step
+    calls kernels 150 times)."""
+    profiling = getattr(torch.autograd.profiler, '_is_profiler_enabled', True)
+    return torch.profiler.record_function(name) if profiling else contextlib.nullcontext()
 
 # %% ../nbs/00_core.ipynb #2d0e8497
 HOST = torch.device('cpu')    # a tensor's home when it is the host's on purpose: built there, copied once

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import ctypes, functools
 import torch
 from .generate import make_generator, top_k_top_p, check_sampling
-from .core import RequestError, c_library, named_in_profile, HOST
+from .core import RequestError, c_library, kernel_source, named_in_profile, HOST
 
 # %% auto #0
 __all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'ARGMAX_C', 'COLUMNS', 'SamplingParams', 'stop_token_set', 'check_request',
@@ -120,51 +120,7 @@ def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     return int(torch.multinomial(probs, 1, generator=generator))
 
 # %% ../nbs/14_sampling.ipynb #am000002
-ARGMAX_C = r"""
-#include <stdint.h>
-#include <string.h>
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
-typedef uint16_t vh __attribute__((vector_size(32)));
-typedef uint32_t vu __attribute__((vector_size(64)));
-
-/* Each row's argmax as torch.argmax finds it: the first index of the row's largest value.  A row holding a NaN gets -1
-   (torch's answer there is the first NaN; the caller asks torch).  Sixteen lanes each keep their first largest value and its
-   index; the row's answer is the smallest index among the lanes that hold the largest of them, then the tail, scalar. */
-static inline vf ld_f32(const float *p) { vf y; memcpy(&y, p, 64); return y; }
-static inline vf ld_bf16(const uint16_t *p) {                    /* bfloat16 is float32's top 16 bits: widened exactly */
-    vh h; memcpy(&h, p, 32); vu u = __builtin_convertvector(h, vu) << 16; vf y; memcpy(&y, &u, 64); return y;
-}
-static inline float one_f32(float x) { return x; }
-static inline float one_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-/* float32 rows, or bfloat16 rows as their float32 values (Day 13's decode call returns the model's dtype: no widened copy) */
-#define ARGMAX(NAME, T, LD, ONE)                                                                                              \
-void NAME(const T *x, int64_t rows, int64_t n, int64_t *out) {                                                                \
-    for (int64_t r = 0; r < rows; r++) {                                                                                      \
-        const T *p = x + r * n;                                                                                               \
-        int64_t v = n / 16 * 16, best_i = 0;                                                                                  \
-        float best = ONE(p[0]);                                                                                               \
-        int nan = 0;                                                                                                          \
-        if (v) {                                                                                                              \
-            vf b, y; vi bi, idx, step = {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16}, bad = {0};          \
-            for (int i = 0; i < 16; i++) idx[i] = i;                                                                          \
-            b = LD(p); bi = idx; bad |= b != b;                                                                               \
-            for (int64_t i = 16; i < v; i += 16) {                                                                            \
-                idx += step; y = LD(p + i);                                                                                   \
-                vi m = y > b;                                   /* strictly larger: a lane keeps its first maximum */         \
-                b = (vf)(((vi)y & m) | ((vi)b & ~m)); bi = (idx & m) | (bi & ~m); bad |= y != y;                              \
-            }                                                                                                                 \
-            for (int i = 0; i < 16; i++) nan |= bad[i] != 0;                                                                  \
-            best = b[0]; best_i = bi[0];                                                                                      \
-            for (int i = 1; i < 16; i++) if (b[i] > best || (b[i] == best && bi[i] < best_i)) { best = b[i]; best_i = bi[i]; } \
-        }                                                                                                                     \
-        for (int64_t i = v; i < n; i++) { float e = ONE(p[i]); if (e != e) nan = 1; if (e > best) { best = e; best_i = i; } } \
-        out[r] = nan ? -1 : best_i;                                                                                           \
-    }                                                                                                                         \
-}
-ARGMAX(argmax_f32, float, ld_f32, one_f32)
-ARGMAX(argmax_bf16, uint16_t, ld_bf16, one_bf16)
-"""
+ARGMAX_C = kernel_source('argmax')
 
 def _declare_argmax(lib):
     for f in (lib.argmax_f32, lib.argmax_bf16): f.restype, f.argtypes = None, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]

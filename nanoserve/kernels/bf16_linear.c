@@ -1,0 +1,272 @@
+/* bf16_linear.c: bfloat16 products over weights packed once, on AMX tiles or AVX512-BF16 dot products.
+
+   Computes  y = x @ w.T (+ b) in bfloat16 (float32 sums, rounded to nearest even) for up to AMX_MAX_ROWS rows.
+   Entry     amx_enable (asks Linux for the tile state), amx_packed_size and amx_pack (the build's packed layout),
+             amx_linear (the product), amx_dot_rows (the most rows the dot products take).
+   Build     AMX_LINEAR_FLAGS in nanoserve/fast.py: -O3 -fopenmp -fPIC -shared -std=c11 (amx_kernel), as
+             'amx_linear' (tiles, dot products for one row), 'amx_linear_tiles' (-DDOT_ROWS=0: the tiles at every row
+             count, the batch-invariant build) or 'bf16_dot_linear' (-DNO_TILES: a CPU with AVX512-BF16 and no AMX).
+             AHEAD, DOT_ROWS and DOT_AHEAD_ONE_ROW may be set with -D to measure other prefetch distances and splits.
+   Checked   nbs/06_fast.ipynb, "AMX products" and "Checks against the reference": each build against F.linear and
+             float64, and its rows' bits across row and thread counts;
+             tests/test_fast.py::test_amx_products_greedy_text_equals_onednn. */
+
+/* bfloat16 products y = x @ w.T (+ b) on Intel's AMX tiles, over weights packed once.  Compiled for AMX whatever the
+   machine (target attributes); called only where the CPU has it and Linux has granted this process the tile state
+   (amx_enable). Built with NO_TILES, for a CPU with avx512bf16 but no AMX (AMD's Zen 4 and 5, Intel's Cooper Lake):
+   every row count through the dot products, over blocks of 32 columns (the same layout, narrower), and no tile
+   instruction in the library. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#ifdef NO_TILES
+/* output columns of a packed block: two vectors, so that a pass holds 12 rows' sums */
+#define NB 32
+/* rows of x a dot-product pass takes: 12 x 2 accumulators of the 32 registers */
+#define PASS_ROWS 12
+#else
+#define NB 64                               /* output columns of a packed block: four 16-column tiles */
+/* (4 x 4 accumulators: the AMX build's dot products take at most DOT_ROWS rows) */
+#define PASS_ROWS 4
+#endif
+#define NV (NB / 16)                        /* vectors of 16 columns in a whole block */
+#ifndef AHEAD                               /* bytes of a block ahead of its tile loads that the first pass asks for */
+#define AHEAD 8192                          /* (0: none; bench/amx_prefetch.py builds the kernel so, to compare) */
+#endif
+#ifdef NO_TILES
+#define DOT_ROWS (1 << 30)                  /* every product: there are no tiles */
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#else
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#endif
+/* products of at most this many rows (up to 4) take avx512bf16's dot products, not the tiles (0: the tiles at every
+   row count, as the invariant build does; 4: up to 4 rows, which bench/amx_dot.py builds to compare) */
+#ifndef DOT_ROWS
+#define DOT_ROWS 1
+#endif
+/* bytes of a block ahead of the dot products' loads that they ask the memory for */
+#define DOT_AHEAD 4096
+/* the same for a pass of one row: none without tiles (over weights on huge pages the hardware's own prefetch reads
+   one row's stream faster, 1.06-1.17x on Zen 4; passes of more rows still gain from it); the AMX build's, unmeasured
+   so, stays DOT_AHEAD */
+#ifndef DOT_AHEAD_ONE_ROW
+#ifdef NO_TILES
+#define DOT_AHEAD_ONE_ROW 0
+#else
+#define DOT_AHEAD_ONE_ROW DOT_AHEAD
+#endif
+#endif
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ask Linux for the tile state: once per process is enough, again is harmless */
+int amx_enable(void) {
+#ifdef NO_TILES
+    return 0;                               /* nothing to ask for */
+#else
+    return (int)syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */);
+#endif
+}
+
+/* w [N, K] -> blocks of NB output columns (64, or 32 without tiles; 16-48 in the last, columns past N zeros), each
+   [K/2][NB][2]: a pair of inputs of every column side by side, the layout tdpbf16ps reads a weight tile in.  K must
+   be a multiple of 32.  A build reads only what its own amx_pack wrote: the two builds' blocks differ in width, not
+   in size. */
+int64_t amx_packed_size(int64_t N, int64_t K) { return (N + 15) / 16 * 16 * K; }
+
+void amx_pack(const uint16_t *w, uint16_t *p, int64_t N, int64_t K) {
+    int64_t Np = (N + 15) / 16 * 16;
+    #pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < (Np + NB - 1) / NB; b++) {
+        int64_t n0 = b * NB, nb = min64(NB, Np - n0);
+        for (int64_t k = 0; k < K / 2; k++)
+            for (int64_t j = 0; j < nb; j++)
+                for (int64_t d = 0; d < 2; d++)
+                    p[n0 * K + (k * nb + j) * 2 + d] = n0 + j < N ? w[(n0 + j) * K + 2 * k + d] : 0;
+    }
+}
+
+typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tilecfg;
+
+/* float32 results c [rows][64] -> bfloat16 out (+ bias), the first ncols columns, rounded to nearest even */
+TGT static void store_rows(uint16_t *out, int64_t ldo, const float *c, int64_t rows, int64_t ncols,
+                           const uint16_t *bias) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < ncols; j += 16) {
+            __mmask16 m = ncols - j >= 16 ? 0xffff : (__mmask16)((1u << (ncols - j)) - 1);
+            __m512 v = _mm512_loadu_ps(c + r * NB + j);
+            if (bias) {
+                __m512i bw = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, bias + j));
+                v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(bw, 16)));
+            }
+            _mm256_mask_storeu_epi16(out + r * ldo + j, m, (__m256i)_mm512_cvtneps_pbh(v));
+        }
+}
+
+int amx_dot_rows(void) { return DOT_ROWS; }
+
+/* mr (up to PASS_ROWS) rows of x against one block of nv vectors with vdpbf16ps, reading the packed layout: for each
+   pair of inputs, the block's nv * 16 columns x 2 (nv * 64 bytes, front to back) as nv vectors, against each row's
+   pair broadcast.  xt is x with its pairs transposed ([K/2][ldx] 32-bit words), so a pass's rows of one pair sit
+   side by side behind one pointer; with a pointer a row, 12 rows did not fit the general registers and the compiler
+   reloaded them from the stack.  Each output is one float32 sum over the pairs in order (vdpbf16ps adds a pair's two
+   products one after the other), so a row's bits do not depend on the other rows, the passes or the threads; they
+   are not the tiles' bits, which round inside a tile in their own way. */
+TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt, int64_t ldx, int64_t K,
+        const uint16_t *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const int mr,
+        const int nv) {
+    __m512 acc[PASS_ROWS][NV];
+    float c[PASS_ROWS * NB] __attribute__((aligned(64)));
+    for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K / 2; k++) {
+        const uint16_t *w = blk + k * nv * 32;
+        const int32_t *a = xt + k * ldx;
+        if (nv == NV && (mr > 1 || DOT_AHEAD_ONE_ROW))
+            for (int l = 0; l < NB * 4; l += 64)
+                _mm_prefetch((const char *)w + (mr > 1 ? DOT_AHEAD : DOT_AHEAD_ONE_ROW) + l, _MM_HINT_T0);
+        __m512bh wv[NV];
+        for (int j = 0; j < nv; j++) wv[j] = (__m512bh)_mm512_loadu_si512(w + 32 * j);
+        for (int r = 0; r < mr; r++) {
+            __m512bh b = (__m512bh)_mm512_set1_epi32(a[r]);
+            for (int j = 0; j < nv; j++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], b, wv[j]);
+        }
+    }
+    for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) _mm512_store_ps(c + r * NB + 16 * j, acc[r][j]);
+    store_rows(out, ldo, c, mr, ncols, bias);
+}
+/* a pass of n rows (its panel starts m * K/2 words in): a whole block with nv known to the compiler, the last one
+   (fewer columns) with nv as it comes */
+#define DOT(n) case n: \
+    if (nb == NB) dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), \
+                           bias ? bias + n0 : 0, n, NV); \
+    else dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, n, \
+                  (int)(nb / 16)); break;
+
+/* A product of one row reads each weight once whatever it does with it, and the dot products keep more of the
+   memory's rate than the tiles (which load a 16-row tile of x that is all zeros but one row, and 16 weight rows 256
+   bytes apart).  The blocks are split across threads as the tiles split them; rows go in passes of up to PASS_ROWS,
+   each over the block: the first reads it from memory, the later ones find it in cache.  Without tiles a pass of 12
+   rows has enough arithmetic to cover the first one's memory stream, where a pass of 4 waited on it.  x goes in
+   panels of PASS_ROWS rows, each with its pairs transposed ([K/2][PASS_ROWS] words), so a pass reads its rows front
+   to back: with one transpose of all M rows a pass read K/2 lines M * 4 bytes apart, a page each at a prefill's
+   1,024 rows, and ran at 40% of oneDNN's rate there.  1 when out of memory. */
+TGT static int dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M,
+                          int64_t N, int64_t K, int nthreads) {
+    int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, K2 = K / 2;
+    const int32_t *xd = (const int32_t *)x;              /* a pair of bfloat16 inputs as one 32-bit word */
+    int32_t *xt = (int32_t *)xd;                         /* one row is its own transpose */
+    int64_t ld = M > 1 ? PASS_ROWS : 1;                 /* words from one pair of a pass's rows to the next */
+    int64_t panels = (M + PASS_ROWS - 1) / PASS_ROWS;
+    if (M > 1 && !(xt = malloc(panels * PASS_ROWS * K2 * 4))) return 1;
+    /* rows in chunks of as many as 512 KiB of x hold, each chunk over every block: a chunk's panels stay in cache while
+       the blocks stream by (a prefill's thousands of rows were read once a block: 7% behind oneDNN at 4,096) */
+    int64_t mc = (1 << 19) / (K * 2) / PASS_ROWS * PASS_ROWS;
+    if (mc < PASS_ROWS) mc = PASS_ROWS;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        if (M > 1) {          /* the panels, a share of them each thread (4,096 rows took 5% of the product on one) */
+            for (int64_t q = panels * t / nt; q < panels * (t + 1) / nt; q++)
+                for (int64_t m = q * PASS_ROWS; m < min64(M, (q + 1) * PASS_ROWS); m++)
+                    for (int64_t k = 0; k < K2; k++)
+                        xt[q * PASS_ROWS * K2 + k * PASS_ROWS + m % PASS_ROWS] = xd[m * K2 + k];
+            _Pragma("omp barrier")
+        }
+        for (int64_t c0 = 0; c0 < M; c0 += mc)
+            for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
+                int64_t n0 = b * NB, nb = min64(NB, Np - n0);
+                for (int64_t m = c0; m < min64(M, c0 + mc); m += PASS_ROWS)
+                    switch (min64(PASS_ROWS, M - m)) { DOT(1) DOT(2) DOT(3) DOT(4)
+#if PASS_ROWS > 4
+                        DOT(5) DOT(6) DOT(7) DOT(8) DOT(9) DOT(10) DOT(11) DOT(12)
+#endif
+                    }
+            }
+    }
+    if (xt != xd) free(xt);
+    return 0;
+}
+
+/* Tiles: 0-3 results (float32, 16 x 16), 4-5 x (16 rows x 32 inputs), 5-7 weights (16 pairs of inputs x 16 columns).
+   Up to 16 rows: one tile of x (its missing rows zeros) against the block's four weight tiles.  More: x in pairs of
+   16-row tiles against two weight tiles at a time, so each weight tile loaded from memory serves 32 rows.  The
+   blocks are split across threads; each row's sums run in the same order whatever the number of rows (past DOT_ROWS)
+   or threads.  Up to DOT_ROWS: dot_linear. */
+TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N,
+                   int64_t K, int nthreads) {
+    if (K % 32) return 2;
+    if (M <= DOT_ROWS) return dot_linear(x, p, bias, out, M, N, K, nthreads);
+#ifndef NO_TILES                            /* (the build without tiles took every row count above) */
+    int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, Mp = M <= 16 ? 16 : (M + 31) / 32 * 32;
+    uint16_t *xp = (uint16_t *)x;
+    if (Mp != M) {
+        if (!(xp = aligned_alloc(64, Mp * K * 2))) return 1;
+        memcpy(xp, x, M * K * 2); memset(xp + M * K, 0, (Mp - M) * K * 2);
+    }
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        tilecfg cfg = {0}; cfg.palette = 1;
+        for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+        _tile_loadconfig(&cfg);
+        float c[32 * NB] __attribute__((aligned(64)));
+        for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
+            /* bytes from one pair of inputs to the next */
+            int64_t n0 = b * NB, nb = min64(NB, Np - n0), ldb = nb * 4;
+            const uint16_t *blk = p + n0 * K;
+            if (Mp == 16) {
+                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                for (int64_t k = 0; k < K; k += 32) {
+                    const uint16_t *bk = blk + k * nb;      /* 32 inputs of the block: nb * 64 bytes, front to back */
+                    if (AHEAD)
+                        for (int64_t l = 0; l < nb * 64; l += 64)
+                            _mm_prefetch((const char *)bk + AHEAD + l, _MM_HINT_T0);
+                    _tile_loadd(4, xp + k, K * 2);
+                    _tile_loadd(5, bk, ldb); _tile_dpbf16ps(0, 4, 5);
+                    if (nb > 16) { _tile_loadd(6, bk + 32, ldb); _tile_dpbf16ps(1, 4, 6); }
+                    if (nb > 32) { _tile_loadd(7, bk + 64, ldb); _tile_dpbf16ps(2, 4, 7); }
+                    if (nb > 48) { _tile_loadd(5, bk + 96, ldb); _tile_dpbf16ps(3, 4, 5); }
+                }
+                _tile_stored(0, c, NB * 4);
+                if (nb > 16) _tile_stored(1, c + 16, NB * 4);
+                if (nb > 32) _tile_stored(2, c + 32, NB * 4);
+                if (nb > 48) _tile_stored(3, c + 48, NB * 4);
+                store_rows(out + n0, N, c, M, min64(nb, N - n0), bias ? bias + n0 : 0);
+                continue;
+            }
+            for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
+                const uint16_t *a0 = xp + m0 * K, *a1 = a0 + 16 * K;
+                for (int64_t j = 0; j < nb; j += 32) {
+                    int two = nb - j > 16;
+                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                    for (int64_t k = 0; k < K; k += 32) {
+                        const uint16_t *bk = blk + k * nb + 2 * j;
+                        /* the first 32 rows stream these columns' 16 x 128 bytes: ask AHEAD bytes on */
+                        if (AHEAD && m0 == 0) {
+                            const char *ahead = (const char *)bk + AHEAD;
+                            for (int r = 0; r < 16; r++) {
+                                _mm_prefetch(ahead + r * ldb, _MM_HINT_T0);
+                                if (two) _mm_prefetch(ahead + r * ldb + 64, _MM_HINT_T0);
+                            }
+                        }
+                        _tile_loadd(4, a0 + k, K * 2); _tile_loadd(5, a1 + k, K * 2);
+                        _tile_loadd(6, bk, ldb); _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(2, 5, 6);
+                        if (two) { _tile_loadd(7, bk + 32, ldb); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 5, 7); }
+                    }
+                    _tile_stored(0, c + j, NB * 4); _tile_stored(2, c + 16 * NB + j, NB * 4);
+                    if (two) { _tile_stored(1, c + j + 16, NB * 4); _tile_stored(3, c + 16 * NB + j + 16, NB * 4); }
+                }
+                store_rows(out + m0 * N + n0, N, c, min64(32, M - m0), min64(nb, N - n0), bias ? bias + n0 : 0);
+            }
+        }
+        _tile_release();
+    }
+    if (xp != x) free(xp);
+#endif
+    return 0;
+}

@@ -1,0 +1,163 @@
+/* decode_call.c: a decode step's whole forward in one C call, through the other kernels' entry points.
+
+   Computes  every decoder layer in order (RMSNorm, the q/k/v product, the rotary embedding, K/V into the pool,
+             decode attention, the output product and residual, RMSNorm, gate/up, SiLU-times-up, down, residual),
+             then the final norm and the LM head into logits, in bfloat16 or float32.
+   Entry     decode_forward (the rows' embeddings given) and decode_rows (token ids, cache rows and contexts given,
+             slots and windows read from the slot table; optionally each row's argmax too).
+   Build     DECODE_CALL_FLAGS in nanoserve/decode_call.py: -O3 -march=native -fPIC -shared -std=c11
+             (decode_call_kernel); the kernels it calls are the other libraries', their addresses handed in.
+   Checked   nbs/13_decode_call.ipynb, "Checks": the call's logits against the layers' forward, bit for bit;
+             tests/test_fast.py::test_decode_call_gives_the_layers_tokens_and_logprobs. */
+
+/* A decode step's whole forward in one call: every decoder layer's operators in order, through the product,
+   small-operator and decode-attention kernels (their addresses handed in by Python), in one dtype throughout:
+   bfloat16 (es = 2) or float32 (es = 4). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The kernels' signatures with their element pointers as void *: one table holds bfloat16's kernels or float32's,
+   and es says which. */
+typedef int (*linear_fn)(const void *x, const void *w, const void *bias, void *out, int64_t M, int64_t N, int64_t K,
+                         int nthreads);
+typedef void (*linear_void_fn)(const void *x, const void *w, const void *bias, void *out, int64_t M, int64_t N,
+                               int64_t K, int nthreads);
+typedef void (*norm_fn)(const void *x, int64_t ldx, const void *w, void *out, int64_t rows, int64_t n, float eps);
+typedef int (*rope_fn)(void *x, int64_t ldx, const int64_t *pos, const float *cos, const float *sin, int64_t max_pos,
+                       int64_t tokens, int64_t heads, int64_t D);
+typedef void (*silu_mul_fn)(const void *gu, void *out, int64_t rows, int64_t I);
+/* the sampler's argmax: -1 for a row holding a NaN */
+typedef void (*argmax_fn)(const void *x, int64_t rows, int64_t n, int64_t *out);
+typedef int (*attend_fn)(const void *q, const void *k, const void *v, const int64_t *win, int64_t W, const int64_t *ctx,
+                         const void *new_k, const void *new_v, void *out, int64_t R, int64_t H, int64_t KVH, int64_t D,
+                         float scale, int nthreads);
+
+typedef struct {
+    int64_t es;                      /* bytes per element: 2 bfloat16, 4 float32 */
+    /* the bfloat16 kernel's product (either build), which says 1 when out of memory ... */
+    linear_fn linear;
+    linear_void_fn linear_void;      /* ... or float32's, which cannot fail: exactly one of the two is set */
+    norm_fn norm; rope_fn rope; silu_mul_fn silu_mul; attend_fn attend;
+} kernels;
+/* one decoder layer: its norms' weights, its packed products and their biases (or null), its K/V pools */
+typedef struct {
+    const void *input_norm, *qkv, *qkv_bias, *o, *o_bias, *post_norm, *gate_up, *gate_up_bias, *down, *down_bias;
+    void *k_pool, *v_pool;
+} layer;
+typedef struct {
+    int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, max_pos, num_slots;
+    float eps, scale;
+    const float *cos, *sin;                        /* the rotary tables, [max_pos, head_dim / 2] */
+    const void *final_norm, *lm_head, *lm_head_bias;
+    const layer *layer;
+} model;
+
+static inline float f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t bf16(float f) {             /* to nearest, ties to even, as PyTorch rounds; a NaN stays a NaN */
+    uint32_t u; memcpy(&u, &f, 4);
+    return f != f ? 0x7fc0 : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+/* The residual sum x += y as eager PyTorch computes it: in bfloat16, widened, added and rounded; in float32, one
+   IEEE addition. */
+static void add_(const kernels *kn, void *x, const void *y, int64_t n) {
+    if (kn->es == 2) {
+        uint16_t *a = x; const uint16_t *b = y;
+        for (int64_t i = 0; i < n; i++) a[i] = bf16(f32(a[i]) + f32(b[i]));
+    }
+    else { float *a = x; const float *b = y; for (int64_t i = 0; i < n; i++) a[i] = a[i] + b[i]; }
+}
+static int product(const kernels *kn, const void *x, const void *w, const void *bias, void *out, int64_t M, int64_t N,
+                   int64_t K, int nthreads) {
+    if (kn->linear) return kn->linear(x, w, bias, out, M, N, K, nthreads);
+    kn->linear_void(x, w, bias, out, M, N, K, nthreads);
+    return 0;
+}
+static int out_of_bounds(const model *m, const int64_t *slot, const int64_t *win, int64_t W, const int64_t *ctx,
+                         int64_t R) {
+    for (int64_t r = 0; r < R; r++) {
+        if (slot[r] < 0 || slot[r] >= m->num_slots || ctx[r] < 1 || ctx[r] > W) return 1;
+        for (int64_t t = 0; t < ctx[r]; t++) if (win[r * W + t] < 0 || win[r * W + t] >= m->num_slots) return 1;
+    }
+    return 0;
+}
+
+/* h [R, hidden]: the rows' embeddings, overwritten by the residual stream; logits [R, vocab] out, both in the
+   kernels' dtype.  Row r is at position pos[r], its K/V go to pool slot slot[r], and it attends to the first ctx[r]
+   slots of its window win[r * W ...]. Returns 0; 1 out of memory; 3 a position outside the rotary table, 4 a slot
+   outside the pool or a context outside the window (both before anything is written). */
+int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *pos, const int64_t *slot,
+                   const int64_t *win, int64_t W, const int64_t *ctx, int64_t R, void *logits, int nthreads) {
+    if (out_of_bounds(m, slot, win, W, ctx, R)) return 4;
+    int64_t es = kn->es, E = m->hidden, D = m->head_dim, QS = m->heads * D, KVS = m->kv_heads * D, QKV = QS + 2 * KVS,
+            I = m->intermediate;
+    /* char *: offsets below are in elements, times es */
+    char *buf = malloc(es * R * (2 * E + QKV + 2 * QS + 3 * I));
+    if (!buf) return 1;
+    char *xn = buf, *qkv = xn + es * R * E, *q = qkv + es * R * QKV, *att = q + es * R * QS, *y = att + es * R * QS,
+         *gu = y + es * R * E, *a = gu + es * R * 2 * I;
+    int rc = 0;
+    for (int64_t l = 0; l < m->layers; l++) {
+        const layer *L = m->layer + l;
+        kn->norm(h, E, L->input_norm, xn, R, E, m->eps);
+        if ((rc = product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads))) break;
+        if (kn->rope(qkv, QKV, pos, m->cos, m->sin, m->max_pos, R, m->heads + m->kv_heads, D)) { rc = 3; break; }
+        for (int64_t r = 0; r < R; r++) {
+            const char *row = qkv + es * r * QKV;
+            memcpy(q + es * r * QS, row, es * QS);
+            memcpy((char *)L->k_pool + es * slot[r] * KVS, row + es * QS, es * KVS);
+            memcpy((char *)L->v_pool + es * slot[r] * KVS, row + es * (QS + KVS), es * KVS);
+        }
+        rc = kn->attend(q, L->k_pool, L->v_pool, win, W, ctx, 0, 0, att, R, m->heads, m->kv_heads, D, m->scale,
+                        nthreads);
+        if (rc) break;
+        if ((rc = product(kn, att, L->o, L->o_bias, y, R, E, QS, nthreads))) break;
+        add_(kn, h, y, R * E);
+        kn->norm(h, E, L->post_norm, xn, R, E, m->eps);
+        if ((rc = product(kn, xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads))) break;
+        kn->silu_mul(gu, a, R, I);
+        if ((rc = product(kn, a, L->down, L->down_bias, y, R, E, I, nthreads))) break;
+        add_(kn, h, y, R * E);
+    }
+    if (!rc) {
+        kn->norm(h, E, m->final_norm, xn, R, E, m->eps);
+        rc = product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads);
+    }
+    free(buf);
+    return rc;
+}
+
+/* The same step given as the engine holds it: step row r is cache row rows[r], decoding token tok[r] as the last of
+   its ctx[r] tokens.  Its position is ctx[r] - 1; its slot and its window are read from the cache's slot table
+   (int32 [table_rows, ld], -1 where nothing is allocated), the window's padding past ctx[r] set to slot 0 (which
+   nothing reads); its embedding is row tok[r] of `embed` [embed_rows, hidden].  So Python hands over three lists of
+   integers and no tensors of its own.  With `argmax` (the sampler's kernel for the dtype, its address handed in) each
+   row's argmax goes to best[r] too.  Returns decode_forward's codes, and 5 for a token, row or context outside its
+   table (before anything is written). */
+int decode_rows(const kernels *kn, const model *m, const void *embed, int64_t embed_rows, const int64_t *tok,
+                const int64_t *rows, const int64_t *ctx, int64_t R, const int32_t *table, int64_t table_rows,
+                int64_t ld, void *logits, int nthreads, argmax_fn argmax, int64_t *best) {
+    int64_t es = kn->es, E = m->hidden, W = 0;
+    for (int64_t r = 0; r < R; r++) {
+        if (tok[r] < 0 || tok[r] >= embed_rows || rows[r] < 0 || rows[r] >= table_rows || ctx[r] < 1 || ctx[r] > ld)
+            return 5;
+        if (ctx[r] > W) W = ctx[r];
+    }
+    /* h first, on a 64-byte boundary as a tensor's would be */
+    int64_t hb = (es * R * E + 63) / 64 * 64;
+    char *buf = aligned_alloc(64, hb + (8 * R * (2 + W) + 63) / 64 * 64);
+    if (!buf) return 1;
+    char *h = buf;
+    int64_t *pos = (int64_t *)(buf + hb), *slot = pos + R, *win = slot + R;
+    for (int64_t r = 0; r < R; r++) {
+        const int32_t *row = table + rows[r] * ld;
+        pos[r] = ctx[r] - 1; slot[r] = row[ctx[r] - 1];
+        /* -1 inside the context: decode_forward refuses it */
+        for (int64_t t = 0; t < W; t++) win[r * W + t] = t < ctx[r] ? row[t] : 0;
+        memcpy(h + es * r * E, (const char *)embed + es * tok[r] * E, es * E);
+    }
+    int rc = decode_forward(kn, m, h, pos, slot, win, W, ctx, R, logits, nthreads);
+    free(buf);
+    if (!rc && argmax) argmax(logits, R, m->vocab, best);
+    return rc;
+}
