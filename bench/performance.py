@@ -1,0 +1,161 @@
+"""The README's performance section, printed from the committed results in bench/results/latest/.
+
+    python bench/performance.py            # print the section (markdown)
+    python bench/performance.py --write    # put it into nbs/index.ipynb, nbs/24_offline_bench.ipynb and README.md
+
+Every number is read from a file under bench/results/latest/ (bench/results/latest/README.md says which command wrote
+each one, on which machine, at which commit); tests/test_performance.py fails when the README or the notebooks disagree
+with this output, or when a file it cites is missing."""
+import argparse, csv, json, statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LATEST = ROOT/'bench'/'results'/'latest'
+HEADING = '## Performance'
+CELL_ID = 'performance'                            # the markdown cell that holds the section, in each notebook
+NOTEBOOKS = ('nbs/index.ipynb', 'nbs/24_offline_bench.ipynb')
+
+# One table per machine family: its folder under latest/, a title, when its runs were committed and at which commits,
+# and the runs. offline: `nanoserve bench offline`; side_by_side: bench/peers/side_by_side.py; llamacpp: bench/quant.py
+# --llamacpp-venv; ab: nanoserve alone before and after a change (bench/offline_ab.sh's layout).
+FAMILIES = [
+    dict(folder='zen4', title='AMD Zen 4 VM', date='2026-12-04', commits='beff1e6, 7b7101f',
+         runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
+    dict(folder='zen5', title='AMD Zen 5 VM', date='2026-12-03', commits='713fff7, 5eeb815',
+         runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('ab', 'device_discipline_ab.csv')]),
+    dict(folder='sapphire_rapids', title='Intel Sapphire Rapids VM (AMX)', date='2026-12-02', commits='6c17c3f',
+         runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
+    dict(folder='h200', title='NVIDIA H200', date='2026-12-04', commits='dea9936',
+         note="nanoserve with `--cuda-graphs`, on SmolLM2-135M's shapes with random weights, from a copy of the"
+              ' project at that commit with one line patched (see bench/results/latest/README.md)',
+         device='NVIDIA H200', runs=[('offline', 'offline_cuda.csv')]),
+    dict(folder='amd_epyc', title='AMD EPYC VM (family not recorded), against llama.cpp', date='2026-12-01',
+         commits='3ae078a', runs=[('llamacpp', 'quant.csv')]),
+]
+
+def read(path: Path) -> list[dict]: return list(csv.DictReader(open(path, newline='')))
+def median(rows: list[dict], key: str) -> float: return statistics.median(float(r[key]) for r in rows)
+def peer_name(engine: str) -> str:
+    if engine.startswith('vllm '): return f"vLLM {engine.split()[1]}"
+    return {'transformers.generate': 'transformers', 'llama.cpp': 'llama.cpp'}.get(engine, engine)
+def row(what: str, dtype: str, ours: float, peer: str, theirs: float, lower_is_better: bool = False) -> str:
+    lead = theirs / ours if lower_is_better else ours / theirs
+    return f"| {what} | {dtype} | {ours:,.1f} | {peer} | {theirs:,.1f} | {lead:.2f}x |"
+
+def offline_rows(rows: list[dict]) -> list[str]:
+    "Each dtype's nanoserve at its batch beside every peer of the same run: medians of the rounds' output tok/s."
+    out = []
+    for dt in dict.fromkeys(r['dtype'] for r in rows):
+        ours = [r for r in rows if r['engine'] == 'nanoserve' and r['dtype'] == dt and r['batch'] != '1']
+        n, batch = len(ours), ours[0]['batch']
+        rounds = f"median of {n} rounds" if n > 1 else 'one round'
+        what = f"offline, {ours[0]['num_requests']} requests, batch {batch}: output tok/s ({rounds})"
+        for peer in dict.fromkeys(r['engine'] for r in rows if r['engine'] != 'nanoserve'):
+            theirs = [r for r in rows if r['engine'] == peer and r['dtype'] == dt]
+            out.append(row(what, dt, median(ours, 'output_tok_s'), peer_name(peer), median(theirs, 'output_tok_s')))
+    return out
+
+SERVER_ROWS = [('crowd', 'output_throughput', 'output tok/s', False),
+               ('4.0', 'output_throughput', 'output tok/s', False),
+               ('crowd', 'tpot_p50_ms', 'TPOT p50 ms', True), ('crowd', 'itl_p99_ms', 'ITL p99 ms', True)]
+
+def side_by_side_rows(rows: list[dict]) -> list[str]:
+    "The crowd and 4 requests/s of each server: medians of the interleaved rounds."
+    out, dt = [], rows[0]['dtype']
+    rounds = len({r['label'] for r in rows if r['label'].startswith('nanoserve')})
+    for mode, key, name, lower in SERVER_ROWS:
+        pick = lambda server: [r for r in rows
+                               if r['label'].split()[0] == server and (r['mode'] == mode or r['rate'] == mode)]
+        ours = pick('nanoserve')
+        where = f"a crowd of {ours[0]['num_requests']}" if mode == 'crowd' else f"{float(mode):g} requests/s"
+        what = f"server, {where}: {name} (median of {rounds} rounds)"
+        out.append(row(what, dt, median(ours, key), 'vLLM (CPU)', median(pick('vllm'), key), lower))
+    return out
+
+def llamacpp_rows(rows: list[dict]) -> list[str]:
+    "Batch 1 with the decode step recorded, 16-bit and 4-bit weights, beside llama.cpp's F16 and Q4_1."
+    get = lambda engine, quant: next(r for r in rows if r['engine'].startswith(engine) and r['quantization'] == quant)
+    out = []
+    for ours, theirs, bits in ((get('nanoserve', 'none'), get('llama.cpp', 'F16'), '16-bit'),
+                               (get('nanoserve', 'int4-pull'), get('llama.cpp', 'Q4_1'), '4-bit')):
+        if ours['dtype'] != 'bfloat16':
+            ours = next(r for r in rows if r['engine'] == 'nanoserve' and r['dtype'] == 'bfloat16')
+        what = f"batch 1, {bits} weights ({ours['quantization']} / {theirs['quantization']}), step recorded: tok/s"
+        out.append(row(what, ours['dtype'], float(ours['batch1_recorded_tok_s']), theirs['engine'],
+                       float(theirs['batch1_tok_s'])))
+    return out
+
+def ab_line(rows: list[dict], path: str) -> str:
+    "nanoserve alone before and after a later change on this family: the ratio of the medians, per dtype and batch."
+    keys = dict.fromkeys((r['dtype'], r['batch']) for r in rows)
+    side = lambda s, k: [r for r in rows if r['side'] == s and (r['dtype'], r['batch']) == k]
+    ratios = ', '.join(f"{median(side('after', k), 'output_tok_s') / median(side('before', k), 'output_tok_s'):.2f}"
+                       f" ({k[0]}, batch {k[1]})" for k in keys)
+    commits = ' -> '.join(dict.fromkeys(r['commit'] for r in rows))
+    return (f"Since then, nanoserve alone ({commits}, `{path}`): output tok/s after / before, medians of "
+            f"{len({r['round'] for r in rows})} alternating rounds: {ratios}.")
+
+def family_table(fam: dict, latest: Path) -> str:
+    "One family's dated table: its machine, the files it reads, a row per measure and peer, and any later A/B."
+    lines, machines, notes, cited = [], [], [], []
+    for kind, name in fam['runs']:
+        rows, rel = read(latest/fam['folder']/name), f"bench/results/latest/{fam['folder']}/{name}"
+        machine = f"{fam['device']}; host {rows[0]['machine']}" if fam.get('device') else rows[0]['machine']
+        if machine not in machines: machines.append(machine)
+        if fam.get('note') and fam['note'] not in notes: notes.append(fam['note'] + '.')
+        if kind == 'ab':
+            notes.append(ab_line(rows, rel))
+            continue
+        if kind == 'side_by_side':
+            plan = rows[0]['plan'].removesuffix(' crowd')
+            cores = rows[0]['server_cpus']
+            notes.insert(0, f"The server rows' plan: `{plan}`; each server on {cores} core, the client on another.")
+        cited.append(f"`{rel}`")
+        lines += {'offline': offline_rows, 'side_by_side': side_by_side_rows, 'llamacpp': llamacpp_rows}[kind](rows)
+    commits = fam['commits'].split(', ')
+    head = [f"### {fam['title']}, {fam['date']}", '', ' '.join(f'`{m}`.' for m in machines),
+            f"From {', '.join(cited)} (commit{'s' * (len(commits) > 1)} {', '.join(commits)}).", '',
+            "| measure | dtype | nanoserve | peer | peer's | nanoserve's lead |", '|---|---|---|---|---|---|']
+    return '\n'.join(head + lines + ([''] + [' '.join(notes)] if notes else []))
+
+INTRO = """SmolLM2-135M-Instruct, nanoserve beside its peers in the same run on the same machine: absolute numbers drift
+from one machine (and one minute) to the next, ratios from one run do not. The offline rows are `nanoserve bench offline
+--compare-transformers --compare-vllm` (prompts of 32-256 random tokens, 128 output tokens each, greedy, `ignore_eos`);
+the server rows are `bench/peers/side_by_side.py` (32 requests, prompts of 32-128 tokens, 64 output tokens, each server
+pinned to one core, the rounds interleaved). "nanoserve's lead" is nanoserve's throughput over the peer's, or the peer's
+latency over nanoserve's: above 1 nanoserve is ahead. Generated by `python bench/performance.py` from
+`bench/results/latest/` (its README names each run's command, machine and commit); every earlier run is in
+`bench/results/archive/`."""
+
+def render(latest: Path = LATEST) -> str:
+    "The whole section, markdown: a short preface, then one dated table per machine family."
+    intro = f"{HEADING}\n\n" + ' '.join(INTRO.split())
+    return '\n\n'.join([intro] + [family_table(f, latest) for f in FAMILIES]) + '\n'
+
+def cited_files(latest: Path = LATEST) -> list[Path]:
+    "Every file the section reads."
+    return [latest/f['folder']/name for f in FAMILIES for _, name in f['runs']]
+
+def readme_section(text: str) -> str:
+    "The README's performance section: from its heading up to the next section of the same level."
+    start = text.index(HEADING + '\n')
+    end = text.find('\n## ', start + len(HEADING))
+    return text[start:] if end < 0 else text[start:end + 1]
+
+def write(root: Path = ROOT):
+    "Put the section into the notebooks' performance cells and into README.md (as `make readme` would)."
+    section = render(root/'bench'/'results'/'latest')
+    for name in NOTEBOOKS:
+        path = root/name
+        nb = json.loads(path.read_text())
+        cell = next(c for c in nb['cells'] if c.get('id') == CELL_ID)
+        cell['source'] = section.rstrip('\n').splitlines(keepends=True)
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
+    readme = (root/'README.md').read_text()
+    (root/'README.md').write_text(readme.replace(readme_section(readme), section))
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--write', action='store_true', help='write the section into the notebooks and README.md')
+    if p.parse_args().write: write()
+    else: print(render(), end='')
