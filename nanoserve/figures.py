@@ -10,8 +10,10 @@ from dataclasses import dataclass
 __all__ = ['COLORS', 'FILL', 'Box', 'canvas', 'box', 'arrow', 'cells']
 
 # %% ../nbs/00_figures.ipynb #beaae0d5
-COLORS = ('#8fb8de', '#f4a582', '#a6d96a', '#d4a6e8', '#fdd166', '#80cdc1', '#f1b6da', '#bababa')   # one per request, in order
-FILL = {'io': '#fde8c8', 'engine': '#e3ecf8', 'model': '#e2f2dd', 'capture': '#fff5c2', 'check': '#f9dada', 'plain': '#f2f2f2'}
+# one per request, in order
+COLORS = ('#8fb8de', '#f4a582', '#a6d96a', '#d4a6e8', '#fdd166', '#80cdc1', '#f1b6da', '#bababa')
+FILL = {'io': '#fde8c8', 'engine': '#e3ecf8', 'model': '#e2f2dd', 'capture': '#fff5c2', 'check': '#f9dada',
+        'plain': '#f2f2f2'}
 
 @dataclass(frozen=True)
 class Box:
@@ -33,7 +35,9 @@ def canvas(width: float, height: float, scale: float = 0.9):
     "A figure with one axis in box units (0..width, 0..height), no ticks or frame; returns (fig, ax)."
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(width * scale, height * scale))
-    ax.set_xlim(0, width); ax.set_ylim(0, height); ax.axis('off')
+    ax.set_xlim(0, width)
+    ax.set_ylim(0, height)
+    ax.axis('off')
     return fig, ax
 
 def box(ax, x: float, y: float, text: str, w: float = 2.2, h: float = 0.7, kind: str = 'plain', fs: float = 9) -> Box:
@@ -44,7 +48,8 @@ def box(ax, x: float, y: float, text: str, w: float = 2.2, h: float = 0.7, kind:
     ax.text(x, y, text, ha='center', va='center', fontsize=fs)
     return Box(x, y, w, h)
 
-def arrow(ax, a, b, text: str = '', rad: float = 0.0, fs: float = 8, color: str = '#555', style: str = '-|>', dashed: bool = False):
+def arrow(ax, a, b, text: str = '', rad: float = 0.0, fs: float = 8, color: str = '#555', style: str = '-|>',
+          dashed: bool = False):
     "An arrow from point `a` to point `b` (e.g. `box1.bottom` to `box2.top`), labelled at its middle; `rad` bends it."
     ax.annotate('', b, a, arrowprops=dict(arrowstyle=style, color=color, lw=1.0, shrinkA=1, shrinkB=1,
                                           linestyle='--' if dashed else '-', connectionstyle=f'arc3,rad={rad}'))
@@ -52,11 +57,13 @@ def arrow(ax, a, b, text: str = '', rad: float = 0.0, fs: float = 8, color: str 
                      bbox=dict(fc='white', ec='none', pad=0.5, alpha=0.9))
 
 def cells(ax, x: float, y: float, labels, colors, w: float = 0.5, h: float = 0.5, fs: float = 7, hatch=None):
-    "A row of square cells starting at (x, y) (their lower left), one label and colour each (None: an empty cell); returns the cell centres."
+    """A row of square cells starting at (x, y) (their lower left), one label and colour each (None: an empty cell);
+    returns the cell centres."""
     from matplotlib.patches import Rectangle
     centres = []
     for i, (label, c) in enumerate(zip(labels, colors)):
-        ax.add_patch(Rectangle((x + i * w, y), w, h, fc=c or 'white', ec='#777', lw=0.6, hatch=hatch[i] if hatch else None))
+        ax.add_patch(Rectangle((x + i * w, y), w, h, fc=c or 'white', ec='#777', lw=0.6,
+                               hatch=hatch[i] if hatch else None))
         if label != '': ax.text(x + (i + .5) * w, y + h / 2, str(label), ha='center', va='center', fontsize=fs)
         centres.append((x + (i + .5) * w, y + h / 2))
     return centres
