@@ -8,14 +8,14 @@ from fastcore.basics import patch
 import asyncio, itertools, threading, time
 from collections import deque
 from dataclasses import dataclass, asdict, field
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Mapping
 from .core import NanoserveError
 from .engine import Engine, RequestOutput
 from .core import RequestError
 from .sampling import SamplingParams
 
 # %% auto #0
-__all__ = ['EngineDeadError', 'EngineStats', 'AsyncEngine', 'name_os_thread']
+__all__ = ['EngineDeadError', 'EngineStats', 'EngineRequest', 'AsyncEngine', 'name_os_thread']
 
 # %% ../nbs/30_async.ipynb #5e2c118a
 class EngineDeadError(NanoserveError, RuntimeError):
@@ -44,6 +44,16 @@ class EngineStats:
     num_device_checks: int = 0     # tensor factories the device discipline saw name their device (--check-devices)
     def as_dict(self) -> dict: return asdict(self)
 
+@dataclass(frozen=True)
+class EngineRequest:
+    """One generation as the engine runs it, built and checked once (`AsyncEngine.request`, or the server's input
+    processor through it): nothing downstream validates or tokenizes it again."""
+    prompt_ids: tuple[int, ...]               # [prompt_len], inside the vocabulary, shorter than max_model_len
+    params: SamplingParams                    # the output constraint, when any, is `params.structured`
+    tool_mode: str | None = None              # a chat choice that may call tools: 'auto', 'required' or the function named
+    tools: Mapping[str, dict] | None = None   # {function name: argument schema} that the choice's text is parsed against
+    echo: str = ''                            # text the answer puts before the output (a completion's `echo`)
+
 # %% ../nbs/30_async.ipynb #bdf0e7ba
 class AsyncEngine:
     "Runs an `Engine` in a thread; requests are async streams of `RequestOutput`."
@@ -52,7 +62,7 @@ class AsyncEngine:
         if engine is not None and engine.serving_thread is not None and engine.serving_thread.is_alive():
             raise NanoserveError("this engine is already stepped by another AsyncEngine loop: shut that one down first (one engine, one loop)")
         self.engine = engine
-        self._inbox: deque = deque()                      # ('add', rid, ids, params) | ('abort', rid) | ('stop',)
+        self._inbox: deque = deque()                      # ('add', rid, EngineRequest) | ('abort', rid) | ('stop',)
         self._cv = threading.Condition()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._ids = itertools.count()
@@ -86,7 +96,8 @@ class AsyncEngine:
     def token_text(self, token_id: int) -> str:
         "The text of one token (for logprobs)."
         return self.engine.tokenizer.decode([token_id])
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: return self.engine.tokenizer.encode(text, add_special_tokens)
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.engine.tokenizer.encode(text, add_special_tokens)
     def decode(self, ids: list[int]) -> str:
         "The text of token ids; ids outside the vocabulary are refused with a `RequestError`."
         if bad := [t for t in ids if not 0 <= t < self.engine.model.config.vocab_size]:
@@ -98,9 +109,7 @@ class AsyncEngine:
         return 'tools' in (self.engine.tokenizer.chat_template or '')
     def encode_chat(self, messages: list[dict], tools: list | None = None, add_generation_prompt: bool = True) -> list[int]:
         "Token ids of `messages` through the chat template, with `tools` passed to it as transformers passes them."
-        tok = self.engine.tokenizer
-        text = tok.apply_chat_template(messages, add_generation_prompt, **({'tools': tools} if tools else {}))
-        return tok.encode(text, add_special_tokens=False)
+        return self.engine.tokenizer.encode_chat(messages, add_generation_prompt, tools)
 
     def _deliver(self, rid: str, item):
         if (s := self._streams.get(rid)) is None: return
@@ -110,8 +119,8 @@ class AsyncEngine:
 
     def _apply(self, cmd):
         if cmd[0] == 'add':
-            _, rid, ids, params = cmd
-            try: self.engine.add_checked(ids, params, rid)
+            _, rid, req = cmd
+            try: self.engine.add_checked(list(req.prompt_ids), req.params, rid)
             except NanoserveError as e:                    # that request's problem, not the engine's
                 self._deliver(rid, e); self._streams.pop(rid, None)
         elif cmd[0] == 'abort':
@@ -175,16 +184,26 @@ def _send(self: AsyncEngine, cmd):
         self._inbox.append(cmd); self._cv.notify_all()     # all: a wait_idle caller waits on the same condition
 
 @patch
-async def generate(self: AsyncEngine, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> AsyncIterator[RequestOutput]:
-    "Stream the outputs of one request (cumulative text and tokens); the last has `finished=True`."
+def request(self: AsyncEngine, prompt, params: SamplingParams | None = None, **kw) -> EngineRequest:
+    """The `EngineRequest` for `prompt` (text, chat messages or token ids) and `params`, checked against the model (prompt
+    length, token ids, stop ids, logit bias, the output constraint); `kw`: its other fields. Refused with a `RequestError`."""
+    ids, params = self.engine.check(prompt, params)
+    return EngineRequest(tuple(ids), params, **kw)
+
+@patch
+async def generate(self: AsyncEngine, prompt, params: SamplingParams | None = None,
+                   request_id: str | None = None) -> AsyncIterator[RequestOutput]:
+    """Stream the outputs of one request (cumulative text and tokens); the last has `finished=True`. `prompt`: an
+    `EngineRequest` as it is, or a prompt that `request` checks with `params` first."""
     if not self.running: raise EngineDeadError(f"the engine is not running{f': {self.failure}' if self.failure else ''}")
-    ids, params = self.engine.check(prompt, params)            # refuse bad input here, synchronously
+    req = prompt if isinstance(prompt, EngineRequest) else self.request(prompt, params)   # refused here, synchronously
     rid = request_id if request_id is not None else f"req-{next(self._ids)}"
     if rid in self._streams: raise RequestError(f"request id {rid!r} is already in use")
     q: asyncio.Queue = asyncio.Queue()
     self._streams[rid] = (asyncio.get_running_loop(), q)
-    self._counts['num_requests'] += 1; self._counts['prompt_tokens'] += len(ids)
-    _send(self, ('add', rid, ids, params))
+    self._counts['num_requests'] += 1
+    self._counts['prompt_tokens'] += len(req.prompt_ids)
+    _send(self, ('add', rid, req))
     finished = False
     try:
         while True:

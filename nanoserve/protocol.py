@@ -5,19 +5,21 @@
 # %% ../nbs/31_protocol.ipynb #ff069e8b
 from __future__ import annotations
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from .core import RequestError, ConfigError
 from .sampling import SamplingParams
 from .grammar import Structured
-from .tools import as_hermes, check_history_calls
+from .tools import as_hermes, check_history_calls, check_tools, tool_mode, forced_structured
+from .async_engine import AsyncEngine, EngineRequest
 
 # %% auto #0
 __all__ = ['UNSUPPORTED', 'GENERATION_FIELDS', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatRequest',
            'TokenizeRequest', 'DetokenizeRequest', 'UnsupportedField', 'check_unsupported', 'not_text', 'check_text',
            'generation_defaults', 'with_defaults', 'request_max_tokens', 'content_text', 'chat_messages', 'prompts_of',
-           'structured_of', 'sampling_params']
+           'structured_of', 'sampling_params', 'InputProcessor']
 
 # %% ../nbs/31_protocol.ipynb #1e3194e8
 class StreamOptions(BaseModel):
@@ -211,7 +213,7 @@ def content_text(content, where: str) -> str:
         else: raise RequestError(f"{where}.{j}: a content part needs a 'type' ('text')")
     return '\n'.join(texts)
 
-def chat_messages(body: ChatRequest, template_knows_tools: bool) -> list[dict]:
+def chat_messages(body: ChatRequest | TokenizeRequest, template_knows_tools: bool) -> list[dict]:
     "The messages as the chat template takes them: text content, `developer` as `system`; tool turns written out when the template cannot."
     msgs = []
     for i, m in enumerate(body.messages):
@@ -220,9 +222,10 @@ def chat_messages(body: ChatRequest, template_knows_tools: bool) -> list[dict]:
         if m.tool_calls: d['tool_calls'] = check_history_calls(m.tool_calls, f'messages.{i}.tool_calls')
         if m.tool_call_id: d['tool_call_id'] = m.tool_call_id
         msgs.append(d)
-    uses_tools = bool(body.tools) and body.tool_choice != 'none'
+    tools = getattr(body, 'tools', None)          # a /tokenize body has messages and no tools
+    uses_tools = bool(tools) and body.tool_choice != 'none'
     if template_knows_tools: return msgs
-    if uses_tools or any('tool_calls' in m or m['role'] == 'tool' for m in msgs): return as_hermes(msgs, body.tools if uses_tools else None)
+    if uses_tools or any('tool_calls' in m or m['role'] == 'tool' for m in msgs): return as_hermes(msgs, tools if uses_tools else None)
     return msgs
 
 def prompts_of(body: CompletionRequest) -> list:
@@ -267,3 +270,57 @@ def sampling_params(body: _Sampling, index: int, default_max_tokens: int, struct
                           ignore_eos=body.ignore_eos, stop_token_ids=tuple(body.stop_token_ids or ()), logprobs=logprobs,
                           logit_bias=body.logit_bias or (), skip_special_tokens=body.skip_special_tokens,
                           include_stop_str_in_output=body.include_stop_str_in_output, structured=structured)
+
+# %% ../nbs/31_protocol.ipynb #45c4e48f
+class InputProcessor:
+    """Turns an OpenAI body into the `EngineRequest`s it asks for, one per choice (prompt `i`'s choice `j` at `i * n + j`),
+    each field checked once and each prompt tokenized by one route; `defaults`: the model's sampling defaults,
+    `default_max_tokens`: --max-tokens-default."""
+    def __init__(self, aeng: AsyncEngine, defaults: dict | None = None, default_max_tokens: int | None = None):
+        self.aeng, self.defaults, self.default_max_tokens = aeng, dict(defaults or {}), default_max_tokens
+
+    def prompt_ids(self, prompt: str | list[int] | None = None, messages: list[dict] | None = None,
+                   tools: list | None = None, add_special_tokens: bool = True, add_generation_prompt: bool = True) -> list[int]:
+        "The one route from a prompt to token ids: text, token ids as they are, or chat messages through the template."
+        if messages is not None: return self.aeng.encode_chat(messages, tools, add_generation_prompt)
+        return self.aeng.encode(prompt, add_special_tokens) if isinstance(prompt, str) else list(prompt)
+
+    def choices(self, ids: list[int], params: list[SamplingParams], **kw) -> list[EngineRequest]:
+        "One request per choice: the model's checks run once, on the first; the others differ in their seed only."
+        first = self.aeng.request(ids, params[0], **kw)
+        return [first] + [replace(first, params=p) for p in params[1:]]
+
+    def completion(self, body: CompletionRequest) -> list[EngineRequest]:
+        "The requests of a /v1/completions body."
+        check_unsupported(body)
+        prompts, structured = prompts_of(body), structured_of(body)
+        max_tokens = request_max_tokens(body, self.defaults, self.default_max_tokens)
+        params = [sampling_params(body, j, max_tokens, structured, self.defaults) for j in range(body.n)]
+        out = []
+        for p in prompts:
+            reqs = self.choices(self.prompt_ids(p), params)
+            if body.echo: reqs = [replace(r, echo=p if isinstance(p, str) else self.aeng.decode(p)) for r in reqs]
+            out += reqs
+        return out
+
+    def chat(self, body: ChatRequest) -> list[EngineRequest]:
+        "The requests of a /v1/chat/completions body."
+        check_unsupported(body)
+        tools = check_tools(body.tools) if body.tools else None
+        mode = tool_mode(body.tool_choice, tools)
+        structured = structured_of(body, forced_structured(mode, tools, body.parallel_tool_calls) if tools else None)
+        knows = self.aeng.chat_knows_tools
+        ids = self.prompt_ids(messages=chat_messages(body, knows), tools=body.tools if knows and mode != 'none' else None)
+        room = self.aeng.max_model_len - len(ids)
+        max_tokens = request_max_tokens(body, self.defaults, self.default_max_tokens, room=room)
+        params = [sampling_params(body, j, max_tokens, structured, self.defaults) for j in range(body.n)]
+        calls = {'tool_mode': mode, 'tools': tools} if tools and mode != 'none' else {}
+        return self.choices(ids, params, **calls)
+
+    def tokenize(self, body: TokenizeRequest) -> list[int]:
+        "The token ids `/tokenize` answers: exactly what a completion (`prompt`) or a chat (`messages`) would send."
+        if (body.prompt is None) == (body.messages is None): raise RequestError("give a 'prompt' or 'messages', one of the two")
+        if body.prompt is not None: return self.prompt_ids(body.prompt, add_special_tokens=body.add_special_tokens)
+        if not body.messages: raise RequestError("messages: give at least one message")
+        msgs = chat_messages(body, self.aeng.chat_knows_tools)
+        return self.prompt_ids(messages=msgs, add_generation_prompt=body.add_generation_prompt)

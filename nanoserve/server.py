@@ -15,10 +15,9 @@ from prometheus_client.core import CounterMetricFamily
 from . import __version__
 from .core import NanoserveError
 from .core import RequestError
-from .protocol import (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, check_text, check_unsupported, chat_messages,
-                                prompts_of, structured_of, sampling_params, request_max_tokens)
-from .tools import check_tools, tool_mode, forced_structured, forced_calls, parse_tool_calls, call_id
-from .async_engine import AsyncEngine, EngineDeadError
+from .protocol import CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, InputProcessor, check_text
+from .tools import forced_calls, parse_tool_calls, call_id
+from .async_engine import AsyncEngine, EngineDeadError, EngineRequest
 
 # %% auto #0
 __all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'ROUTES', 'error_response', 'CaptureCollector', 'PrefixCacheCollector',
@@ -119,10 +118,11 @@ class ServerMetrics:
         self.e2e.observe(seconds); self.v_e2e.observe(seconds)
 
 # %% ../nbs/32_server.ipynb #70c7832d
-async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, jobs: list, n: int = 1):
-    "Yield (choice index, RequestOutput, new text) for every token of every (prompt, SamplingParams) job; jobs i*n..i*n+n-1 share prompt i."
+async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, requests: list[EngineRequest], n: int = 1):
+    """Yield (choice index, RequestOutput, new text) for every token of every request, one a choice; requests
+    i*n..i*n+n-1 share prompt i."""
     t0, queue = time.monotonic(), asyncio.Queue()
-    gens = [aeng.generate(prompt, params) for prompt, params in jobs]
+    gens = [aeng.generate(req) for req in requests]
     # every choice is queued before any is awaited, so their prefills share steps; validation errors surface here, before any output
     firsts = await asyncio.gather(*(g.__anext__() for g in gens), return_exceptions=True)
     if errors := [f for f in firsts if isinstance(f, BaseException)]:
@@ -136,9 +136,9 @@ async def run_choices(aeng: AsyncEngine, metrics: ServerMetrics, jobs: list, n: 
         except BaseException as e: await queue.put((i, e))
         finally: await g.aclose()
     tasks = [asyncio.create_task(pump(i, g, f)) for i, (g, f) in enumerate(zip(gens, firsts))]
-    texts, last_t, done = [''] * len(jobs), [None] * len(jobs), 0
+    texts, last_t, done = [''] * len(requests), [None] * len(requests), 0
     try:
-        while done < len(jobs):
+        while done < len(requests):
             i, o = await queue.get()
             if isinstance(o, BaseException): raise o
             now = time.monotonic()
@@ -160,8 +160,7 @@ class Served:
     api_key: str | None = None
     max_waiting: int | None = None
     max_body_bytes: int = 1 << 20
-    default_max_tokens: int | None = None      # --max-tokens-default; None: OpenAI's (16 for completions, the rest of the context for chat)
-    defaults: dict = field(default_factory=dict)   # sampling defaults from the model's generation_config.json (Day 31)
+    inputs: InputProcessor | None = None       # bodies -> engine requests, with the defaults of what a body leaves out
 
 def served_of(request: Request) -> Served: return request.app.state.served
 
@@ -251,12 +250,7 @@ async def tokenize(body: TokenizeRequest, request: Request):
     try: check_text(body)
     except RequestError as e: return refused(e)
     if body.model not in (None, s.model_name): return unknown_model(s, body.model)
-    if (body.prompt is None) == (body.messages is None): return error_response(400, "give a 'prompt' or 'messages', one of the two")
-    try:
-        if body.prompt is not None: ids = s.aeng.encode(body.prompt, body.add_special_tokens)
-        else:
-            msgs = chat_messages(ChatRequest(model=s.model_name, messages=body.messages), s.aeng.chat_knows_tools)
-            ids = s.aeng.encode_chat(msgs, add_generation_prompt=body.add_generation_prompt)
+    try: ids = s.inputs.tokenize(body)
     except NanoserveError as e: return refused(e)
     return {'count': len(ids), 'max_model_len': s.aeng.max_model_len, 'tokens': ids}
 
@@ -273,18 +267,18 @@ async def detokenize(body: DetokenizeRequest, request: Request):
 class Reply:
     "One response being built: what it answers and how its choices are shaped."
     s: Served
-    body: object
-    kind: str                 # 'text_completion' or 'chat.completion'
+    kind: str                       # 'text_completion' or 'chat.completion'
     rid: str
     created: int
-    n_choices: int
-    head: list[str]           # per choice: the echoed prompt text, or ''
-    tools: tuple | None       # (tool mode, {name: argument schema}) when the choices may be calls
+    requests: list[EngineRequest]   # one a choice: its echo and its tool mode shape its answer
+    n: int = 1                      # choices a prompt: usage counts each prompt once
+    include_usage: bool = False     # streamed: a last chunk with the usage
 
-def calls_of(tools, text: str, finish: str):
-    "(content, tool calls, finish_reason) of a finished chat choice with tools."
-    mode, fns = tools
-    content, calls = parse_tool_calls(text, fns) if mode == 'auto' else (None, forced_calls(mode, text) if finish == 'stop' else [])
+def calls_of(req: EngineRequest, text: str, finish: str):
+    "(content, tool calls, finish_reason) of a finished chat choice that may call tools."
+    mode = req.tool_mode
+    if mode == 'auto': content, calls = parse_tool_calls(text, req.tools)
+    else: content, calls = None, forced_calls(mode, text) if finish == 'stop' else []
     if not calls: return text, None, finish
     # OpenAI ends a choice that called a tool it chose with 'tool_calls', and one whose function the client named with 'stop'
     return content, calls, 'tool_calls' if finish == 'stop' and mode in ('auto', 'required') else finish
@@ -301,8 +295,9 @@ def logprobs_of(aeng: AsyncEngine, kind: str, toks, lps):
 def choice(r: Reply, i: int, o):
     "Choice `i` of a finished, non-streamed response."
     lp = None if o.logprobs is None else logprobs_of(r.s.aeng, r.kind, o.token_ids, o.logprobs[:len(o.token_ids)])
-    if r.kind == 'text_completion': return {'index': i, 'text': r.head[i] + o.text, 'finish_reason': o.finish_reason, 'logprobs': lp}
-    content, calls, finish = calls_of(r.tools, o.text, o.finish_reason) if r.tools else (o.text, None, o.finish_reason)
+    req = r.requests[i]
+    if r.kind == 'text_completion': return {'index': i, 'text': req.echo + o.text, 'finish_reason': o.finish_reason, 'logprobs': lp}
+    content, calls, finish = calls_of(req, o.text, o.finish_reason) if req.tool_mode else (o.text, None, o.finish_reason)
     message = {'role': 'assistant', 'content': content, **({'tool_calls': calls} if calls else {})}
     return {'index': i, 'message': message, 'finish_reason': finish, 'logprobs': lp}
 
@@ -317,9 +312,12 @@ async def collect(r: Reply, first, stream):
         i, o, _ = first; final[i] = o
         async for i, o, _ in stream: final[i] = o
     except EngineDeadError as e: return error_response(500, f"the engine failed during the request: {e}", 'server_error')
-    prompt_n = sum(len(final[i].prompt_token_ids) for i in range(0, r.n_choices, r.body.n))
-    return {'id': r.rid, 'object': r.kind, 'created': r.created, 'model': r.s.model_name, 'choices': [choice(r, i, final[i]) for i in range(r.n_choices)],
-            'usage': usage(prompt_n, sum(len(o.token_ids) for o in final.values()), sum(final[i].num_cached_tokens for i in range(0, r.n_choices, r.body.n)))}
+    firsts = range(0, len(r.requests), r.n)                           # each prompt's first choice: its prompt counted once
+    prompt_n = sum(len(final[i].prompt_token_ids) for i in firsts)
+    cached = sum(final[i].num_cached_tokens for i in firsts)
+    return {'id': r.rid, 'object': r.kind, 'created': r.created, 'model': r.s.model_name,
+            'choices': [choice(r, i, final[i]) for i in range(len(r.requests))],
+            'usage': usage(prompt_n, sum(len(o.token_ids) for o in final.values()), cached)}
 
 # %% ../nbs/32_server.ipynb #881436f4
 def sse_data(obj) -> str: return 'data: ' + json.dumps(obj) + '\n\n'       # the one place an event is framed
@@ -339,14 +337,17 @@ async def sse(r: Reply, first, stream):
         if calls: d['tool_calls'] = calls
         return event([{'index': i, 'delta': d, 'finish_reason': finish, **({'logprobs': lp} if lp else {})}])
     # a forced named function streams its arguments as they come; `required` and `auto` are parsed once the choice is done
-    tools, n = r.tools, r.n_choices
-    named = tools is not None and tools[0] not in ('auto', 'required')
+    n = len(r.requests)
+    mode = r.requests[0].tool_mode                  # the choices of one body share their tool mode
+    tools, named = mode is not None, mode not in (None, 'auto', 'required')
     ids, sent, totals, prompt_n, cached = [call_id() for _ in range(n)], [0] * n, [0] * n, [0] * n, [0] * n
     try:
         for i in range(n):
             if chat_: yield event([{'index': i, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}])
-            if named: yield chunk(i, calls=[{'index': 0, 'id': ids[i], 'type': 'function', 'function': {'name': tools[0], 'arguments': ''}}])
-            if r.head[i]: yield chunk(i, r.head[i])
+            if named:
+                call = {'index': 0, 'id': ids[i], 'type': 'function', 'function': {'name': mode, 'arguments': ''}}
+                yield chunk(i, calls=[call])
+            if r.requests[i].echo: yield chunk(i, r.requests[i].echo)
         async def all_items():
             yield first
             async for x in stream: yield x
@@ -357,12 +358,11 @@ async def sse(r: Reply, first, stream):
             if not o.finished: continue
             finish = o.finish_reason
             if tools and not named:
-                content, calls, finish = calls_of(tools, o.text, finish)
+                content, calls, finish = calls_of(r.requests[i], o.text, finish)
                 if content: yield chunk(i, content, o=o)
                 if calls: yield chunk(i, calls=[{'index': k, **c} for k, c in enumerate(calls)], o=o)
             yield chunk(i, finish=finish, o=o)
-        if r.body.stream_options is not None and r.body.stream_options.include_usage:
-            yield event([], usage=usage(sum(prompt_n[::r.body.n]), sum(totals), sum(cached[::r.body.n])))
+        if r.include_usage: yield event([], usage=usage(sum(prompt_n[::r.n]), sum(totals), sum(cached[::r.n])))
         yield 'data: [DONE]\n\n'
     except EngineDeadError as e:
         yield sse_data({'error': {'message': f"the engine failed during the request: {e}", 'type': 'server_error', 'param': None, 'code': None}})
@@ -372,42 +372,29 @@ async def sse(r: Reply, first, stream):
 async def completions(body: CompletionRequest, request: Request):
     s = served_of(request)
     if (refusal := admit(s, body)) is not None: return refusal
-    try:
-        check_unsupported(body)
-        prompts, structured = prompts_of(body), structured_of(body)
-        jobs = [(p, sampling_params(body, j, request_max_tokens(body, s.defaults, s.default_max_tokens), structured, s.defaults))
-                for p in prompts for j in range(body.n)]
+    try: requests = s.inputs.completion(body)
     except NanoserveError as e: return refused(e)
-    if (full := at_capacity(s, len(jobs))) is not None: return full
-    echo = (lambda i: prompts[i // body.n] if isinstance(prompts[i // body.n], str) else s.aeng.decode(prompts[i // body.n])) if body.echo else None
-    return await respond(s, body, jobs, 'text_completion', 'cmpl', echo=echo)
+    if (full := at_capacity(s, len(requests))) is not None: return full
+    return await respond(s, body, requests, 'text_completion', 'cmpl')
 
 async def chat(body: ChatRequest, request: Request):
     s = served_of(request)
     if (refusal := admit(s, body)) is not None: return refusal
-    try:
-        check_unsupported(body)
-        tools = check_tools(body.tools) if body.tools else None
-        mode = tool_mode(body.tool_choice, tools)
-        structured = structured_of(body, forced_structured(mode, tools, body.parallel_tool_calls) if tools else None)
-        msgs = chat_messages(body, s.aeng.chat_knows_tools)
-        ids = s.aeng.encode_chat(msgs, body.tools if s.aeng.chat_knows_tools and mode != 'none' else None)
-        max_tokens = request_max_tokens(body, s.defaults, s.default_max_tokens, room=s.aeng.max_model_len - len(ids))
-        jobs = [(ids, sampling_params(body, j, max_tokens, structured, s.defaults)) for j in range(body.n)]
+    try: requests = s.inputs.chat(body)
     except NanoserveError as e: return refused(e)
-    if (full := at_capacity(s, len(jobs))) is not None: return full
-    return await respond(s, body, jobs, 'chat.completion', 'chatcmpl', tools=(mode, tools) if tools and mode != 'none' else None)
+    if (full := at_capacity(s, len(requests))) is not None: return full
+    return await respond(s, body, requests, 'chat.completion', 'chatcmpl')
 
-async def respond(s: Served, body, jobs, kind, prefix, echo=None, tools=None):
-    "Run the jobs; answer with one JSON body or a stream of events. Validation errors surface before anything is sent."
+async def respond(s: Served, body, requests: list[EngineRequest], kind: str, prefix: str):
+    "Run the requests; answer with one JSON body or a stream of events. Engine errors surface before anything is sent."
     rid, created = f"{prefix}-{uuid.uuid4().hex[:16]}", int(time.time())
-    stream = run_choices(s.aeng, s.metrics, jobs, body.n)
+    stream = run_choices(s.aeng, s.metrics, requests, body.n)
     try: first = await stream.__anext__()
     except (RequestError, NanoserveError) as e:
         if isinstance(e, EngineDeadError): return error_response(500, f"the engine failed: {e}", 'server_error')
         return refused(e)
-    head = [echo(i) if echo else '' for i in range(len(jobs))]          # echo: the prompt's text before each choice's
-    reply = Reply(s, body, kind, rid, created, len(jobs), head, tools)
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
+    reply = Reply(s, kind, rid, created, requests, body.n, include_usage)
     if body.stream: return StreamingResponse(sse(reply, first, stream), media_type='text/event-stream')
     return await collect(reply, first, stream)
 
@@ -435,8 +422,9 @@ def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | 
     "The FastAPI app serving `aeng` as model `model_name`: the routes above, over one `Served`; `defaults`: the model's sampling defaults."
     app = FastAPI(title='nanoserve', version=__version__)
     health = {**health, 'request_defaults': request_defaults_info(default_max_tokens, defaults or {})}
+    inputs = InputProcessor(aeng, defaults, default_max_tokens)
     app.state.served = Served(aeng, ServerMetrics(aeng, model_name), model_name, health, api_key, max_waiting, max_body_bytes,
-                              default_max_tokens, dict(defaults or {}))
+                              inputs)
     app.add_middleware(guard)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_invalid)

@@ -94,9 +94,12 @@ def apply_chat_template(self: Tokenizer, messages: list[dict], add_generation_pr
     except jinja2.TemplateError as e: raise TokenizerError(f"the chat template refused these messages: {e}") from None
 
 @patch
-def encode_chat(self: Tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-    "Token ids of the rendered chat; the template wrote the special tokens, so none are added."
-    return self.encode(self.apply_chat_template(messages, add_generation_prompt), add_special_tokens=False)
+def encode_chat(self: Tokenizer, messages: list[dict], add_generation_prompt: bool = True,
+                tools: list | None = None) -> list[int]:
+    """Token ids of the rendered chat; the template wrote the special tokens, so none are added. `tools` reach the template
+    as transformers passes them (a template that reads a `tools` variable lists them)."""
+    text = self.apply_chat_template(messages, add_generation_prompt, **({'tools': tools} if tools else {}))
+    return self.encode(text, add_special_tokens=False)
 
 # %% ../nbs/02_tokenizer.ipynb #106d298d
 SPECIAL_KEYS = ('bos_token', 'eos_token', 'unk_token', 'pad_token')
