@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
 
-.PHONY: install install-test install-dev demo serve test stress export check-export pytest browser lb site preview screenshots readme clean
+.PHONY: install install-test install-dev demo serve test stress export check-export lint pytest browser lb site preview screenshots readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,7 +54,11 @@ check-export: export
 pytest: install-test
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests nbs
 
-test: check-export browser lb pytest
+# The house style (CONTRIBUTING.md): the ruff profile in pyproject.toml, on the package and the notebooks.
+lint: install-test
+	$(BIN)/ruff check nanoserve nbs
+
+test: check-export lint browser lb pytest
 
 # $(call apt_install,PACKAGE,TEST): install the Debian package PACKAGE (its command has the same name) when missing, where we are root
 # and apt-get exists. Any failure is ignored: without it, TEST skips and says so.

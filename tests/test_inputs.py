@@ -1,5 +1,5 @@
-"""The one request type: the input processor builds an `EngineRequest` per choice from a chat body, a completion body and a
-token-id prompt, and every field is what the body asked for; the server's routes run exactly those requests."""
+"""The one request type: the input processor builds an `EngineRequest` per choice from a chat body, a completion body
+and a token-id prompt, and every field is what the body asked for; the server's routes run exactly those requests."""
 import asyncio, json
 from dataclasses import replace
 import httpx, pytest
@@ -11,8 +11,9 @@ from nanoserve.launch import build_app
 from nanoserve.protocol import ChatRequest, CompletionRequest, InputProcessor, TokenizeRequest
 from nanoserve.sampling import SamplingParams
 
-CHATML = ("{% if tools %}<|im_start|>system\nTOOLS {% for t in tools %}{{ t.function.name }} {% endfor %}<|im_end|>\n{% endif %}"
-          "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+CHATML = ("{% if tools %}<|im_start|>system\nTOOLS {% for t in tools %}{{ t.function.name }} {% endfor %}"
+          "<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+          "{% endfor %}<|im_start|>assistant\n")
 
 @pytest.fixture(scope='module')
 def chat_tiny(tiny, tmp_path_factory):
@@ -35,8 +36,10 @@ def params(**kw) -> SamplingParams:
 
 def test_a_chat_body_becomes_one_request_per_choice(aeng):
     inputs = InputProcessor(aeng, defaults={'top_p': 0.9, 'temperature': 0.3}, default_max_tokens=None)
-    fn = {'type': 'function', 'function': {'name': 'lookup', 'parameters': {'type': 'object', 'properties': {'q': {'type': 'string'}}}}}
-    msgs = [{'role': 'developer', 'content': 'Be brief.'}, {'role': 'user', 'content': [{'type': 'text', 'text': 'hello'}]}]
+    schema_q = {'type': 'object', 'properties': {'q': {'type': 'string'}}}
+    fn = {'type': 'function', 'function': {'name': 'lookup', 'parameters': schema_q}}
+    msgs = [{'role': 'developer', 'content': 'Be brief.'},
+            {'role': 'user', 'content': [{'type': 'text', 'text': 'hello'}]}]
     body = ChatRequest(model='tiny', messages=msgs, tools=[fn], tool_choice='required', n=2, seed=7, temperature=0.8,
                        max_completion_tokens=9, top_k=5, min_p=0.05, presence_penalty=0.5, frequency_penalty=-0.5,
                        repetition_penalty=1.1, stop=['\n\n'], stop_token_ids=[3], logit_bias={'4': -2}, logprobs=True,
@@ -53,10 +56,10 @@ def test_a_chat_body_becomes_one_request_per_choice(aeng):
     for j, r in enumerate(reqs):
         assert r.prompt_ids == want_ids
         assert (r.params.structured.kind, json.loads(r.params.structured.spec)) == ('json', schema)
-        assert replace(r.params, structured=None) == params(max_tokens=9, temperature=0.8, top_p=0.9, top_k=5, min_p=0.05, presence_penalty=0.5,
-                                  frequency_penalty=-0.5, repetition_penalty=1.1, seed=7 + j, stop=('\n\n',),
-                                  stop_token_ids=(3,), logit_bias={4: -2.0}, logprobs=3, skip_special_tokens=False,
-                                  include_stop_str_in_output=True, ignore_eos=True)
+        assert replace(r.params, structured=None) == params(
+            max_tokens=9, temperature=0.8, top_p=0.9, top_k=5, min_p=0.05, presence_penalty=0.5, frequency_penalty=-0.5,
+            repetition_penalty=1.1, seed=7 + j, stop=('\n\n',), stop_token_ids=(3,), logit_bias={4: -2.0}, logprobs=3,
+            skip_special_tokens=False, include_stop_str_in_output=True, ignore_eos=True)
         assert (r.tool_mode, dict(r.tools), r.echo) == ('required', {'lookup': fn['function']['parameters']}, '')
     # no max_tokens: the rest of the context; no tools: no tool mode
     [plain] = inputs.chat(ChatRequest(model='tiny', messages=[{'role': 'user', 'content': 'hi'}]))
@@ -77,16 +80,18 @@ def test_a_completion_body_and_token_id_prompts(aeng):
     assert {(r.tool_mode, r.tools) for r in reqs} == {(None, None)}
     ids = CompletionRequest(model='tiny', prompt=[[5, 6, 7], [8]], max_tokens=3, echo=True)
     reqs = inputs.completion(ids)
-    assert [(r.prompt_ids, r.echo, r.params) for r in reqs] == [((5, 6, 7), aeng.decode([5, 6, 7]), params(max_tokens=3)),
-                                                                 ((8,), aeng.decode([8]), params(max_tokens=3))]
+    want = [((5, 6, 7), aeng.decode([5, 6, 7]), params(max_tokens=3)), ((8,), aeng.decode([8]), params(max_tokens=3))]
+    assert [(r.prompt_ids, r.echo, r.params) for r in reqs] == want
 
 @pytest.mark.parametrize('body, message', [
     (CompletionRequest(model='tiny', prompt=[[5, 10**6]]), 'prompt token ids [1000000] are outside the vocabulary'),
     (CompletionRequest(model='tiny', prompt=[5] * 600), 'the prompt has 600 tokens but max_model_len is'),
-    (CompletionRequest(model='tiny', prompt='a', stop_token_ids=[10**6]), 'stop_token_ids [1000000] are not in the vocabulary'),
+    (CompletionRequest(model='tiny', prompt='a', stop_token_ids=[10**6]),
+     'stop_token_ids [1000000] are not in the vocabulary'),
     (CompletionRequest(model='tiny', prompt='a', guided_regex='('), 'cannot be used for structured output'),
     (CompletionRequest(model='tiny', prompt='a', suffix='x'), "'suffix' is part of the OpenAI API"),
-    (ChatRequest(model='tiny', messages=[{'role': 'user', 'content': [{'type': 'image_url'}]}]), "a 'image_url' part cannot"),
+    (ChatRequest(model='tiny', messages=[{'role': 'user', 'content': [{'type': 'image_url'}]}]),
+     "a 'image_url' part cannot"),
 ])
 def test_each_refusal_comes_from_the_processor_before_the_engine(aeng, body, message):
     inputs = InputProcessor(aeng)
@@ -97,7 +102,8 @@ def test_each_refusal_comes_from_the_processor_before_the_engine(aeng, body, mes
     assert aeng.stats().num_requests == before                      # nothing reached the engine
 
 def test_the_routes_run_the_processors_requests(chat_tiny):
-    "Over HTTP, a completion's choices are what the engine gives the processor's requests, and /tokenize counts a chat's prompt."
+    """Over HTTP, a completion's choices are what the engine gives the processor's requests, and /tokenize counts a
+    chat's prompt."""
     app, aeng = build_app(str(chat_tiny), served_model_name='tiny', max_batch_size=4, dtype='float32')
     async def run(path, body):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url='http://t', timeout=30) as c:

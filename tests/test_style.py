@@ -1,0 +1,37 @@
+"""The product names concepts, not the build log: no "Day NN" or "Nth pass" in the package's code, comments, docstrings,
+error messages or any `--help` (the notebooks' prose keeps its days). The line rules are ruff's (`make lint`)."""
+import argparse, re
+from pathlib import Path
+import pytest
+import nanoserve
+from nanoserve.cli import build_parser
+
+LOG = re.compile(r"\bDay \d+|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
+                 r"thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|\d+(st|nd|rd|th))"
+                 r" pass\b", re.IGNORECASE)
+MODULES = sorted(p for p in Path(nanoserve.__file__).parent.glob('*.py') if p.name != '_modidx.py')
+
+def test_the_pattern_finds_what_it_should():
+    hits = [s for s in ("as Day 56 found", "the tenth pass", "the 3rd pass", "a passing test", "Days of", "bypass")
+            if LOG.search(s)]
+    assert hits == ["as Day 56 found", "the tenth pass", "the 3rd pass"]
+
+@pytest.mark.parametrize('path', MODULES, ids=lambda p: p.name)
+def test_no_build_log_in_the_package(path):
+    found = [f"{path.name}:{i}: {line.strip()[:100]}" for i, line in enumerate(path.read_text().splitlines(), 1)
+             if LOG.search(line)]
+    assert not found, "name the concept, not the day or pass that built it:\n" + '\n'.join(found)
+
+def helps(parser: argparse.ArgumentParser, name='nanoserve'):
+    "Every parser's --help text, subcommands included."
+    yield name, parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, p in action.choices.items(): yield from helps(p, f"{name} {sub}")
+
+def test_no_build_log_in_help():
+    texts = dict(helps(build_parser()))
+    assert {'nanoserve serve', 'nanoserve bench offline', 'nanoserve generate'} <= set(texts)
+    found = [f"{name}: {line.strip()}" for name, text in texts.items()
+             for line in text.splitlines() if LOG.search(line)]
+    assert not found, '\n'.join(found)
