@@ -74,9 +74,11 @@ def test_mixed_crowd_replays_every_step_through_a_server(tiny):
 def test_refusals(tiny):
     from nanoserve.core import ConfigError
     path = tiny('llama_tied_gqa')
-    with pytest.raises(ConfigError, match="persistent_batch .* needs Day 58's part: pass batch=nanoserve.batch.PersistentBatch"):
-        build_engine(path, capture_recorder='host', bucket_decode=True, persist_inputs=True, capture_decode=True, dtype='float32')
-    with pytest.raises(ConfigError, match="needs Day 58's part"): Engine.build(path, persistent_batch=True, dtype='float32')
+    with pytest.raises(ConfigError, match="persistent_batch .* needs the persistent batch, and batch=None was passed"):
+        build_engine(path, capture_recorder='host', bucket_decode=True, persist_inputs=True, capture_decode=True,
+                     dtype='float32', batch=None)
+    with pytest.raises(ConfigError, match="persistent_batch .* needs the persistent batch"):
+        Engine.build(path, persistent_batch=True, dtype='float32')
     with pytest.raises(ValueError, match="mode must be 'eager' or 'lazy'"): PersistentBatch('sometimes')
     eng = Engine.build(path, persistent_batch=True, batch=PersistentBatch(), check_invariants=True, dtype='float32')   # the eager engine can keep it too
     assert len(eng.generate(['hello', 'abc'], SamplingParams(max_tokens=5), use_tqdm=False)) == 2

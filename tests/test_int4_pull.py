@@ -103,7 +103,8 @@ def test_refusals(int4_dir, tiny):
         build_engine(int4_dir, quantization='int8', quantize=quantize_model)
     with pytest.raises(ConfigError, match=r'drop --quantization int4 --quant-group-size 64'):
         build_engine(int4_dir, quantization='int4', quant_group_size=64, quantize=quantize_model)
-    with pytest.raises(ConfigError, match="needs Day 60's part"): build_engine(int4_dir)          # no quantize hook: refused before loading
+    with pytest.raises(ConfigError, match="needs the quantizer"):            # no quantizer: refused before loading
+        build_engine(int4_dir, quantize=None)
     with pytest.raises(ConfigError, match='Engine.build assembles the eager engine only'): Engine.build(int4_dir)
     with pytest.raises(ConfigError, match='pass the float checkpoint with --quantization int4'):
         build_engine(int4_dir, tensor_parallel_size=3, quantize=quantize_model)

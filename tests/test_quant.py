@@ -69,7 +69,8 @@ def test_default_group_size_divides_every_layer(default_model):
 
 def test_refusals(tiny, default_model):
     path = tiny('llama_tied_gqa')
-    with pytest.raises(ConfigError, match='quantize=nanoserve.quant.quantize_model'): build_engine(path, quantization='int8')
+    with pytest.raises(ConfigError, match='quantize=nanoserve.quant.quantize_model'):
+        build_engine(path, quantization='int8', quantize=None)
     with pytest.raises(ConfigError, match='Engine.build assembles the eager engine only'): Engine.build(path, quantization='int4')
     with pytest.raises(ConfigError, match='must be none, int8 or int4'): build_engine(path, quantization='int5', quantize=quantize_model)
     with pytest.raises(ConfigError, match='32, 64, 128 or 256'): build_engine(path, quantization='int4', quant_group_size=48, quantize=quantize_model)

@@ -1,5 +1,7 @@
 """The product names concepts, not the build log: no "Day NN" or "Nth pass" in the package's code, comments, docstrings,
-error messages or any `--help` (the notebooks' prose keeps its days). The line rules are ruff's (`make lint`)."""
+error messages or any `--help` (the notebooks' prose keeps its days). And no line of the package over 120 characters
+but the two nbdev generates (the module docstring, the first line of `__all__`); the other rules are ruff's
+(`make lint`)."""
 import argparse, re
 from pathlib import Path
 import pytest
@@ -35,3 +37,14 @@ def test_no_build_log_in_help():
     found = [f"{name}: {line.strip()}" for name, text in texts.items()
              for line in text.splitlines() if LOG.search(line)]
     assert not found, '\n'.join(found)
+
+def generated(lines: list[str], i: int) -> bool:
+    "Line `i` is nbdev's: the module docstring it makes from the notebook's summary, or the first line of `__all__`."
+    return i == 0 and lines[0].startswith('"""') or lines[i].startswith('__all__ = [')
+
+@pytest.mark.parametrize('path', MODULES, ids=lambda p: p.name)
+def test_lines_within_120_characters(path):
+    lines = path.read_text().splitlines()
+    long = [f"{path.name}:{i + 1}: {len(s)} characters" for i, s in enumerate(lines)
+            if len(s) > 120 and not generated(lines, i)]
+    assert not long, '\n'.join(long)
