@@ -24,7 +24,7 @@ from nanoserve.offline_bench import machine
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--rows', default='1,2,4,5'); p.add_argument('--rounds', type=int, default=12)
-    p.add_argument('--threads', type=int, default=None); p.add_argument('--out', default='bench/results/tenth_pass')
+    p.add_argument('--threads', type=int, default=None); p.add_argument('--out', default='bench/results')
     a = p.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)
     dots = fast.amx_kernel()

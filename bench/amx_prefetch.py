@@ -44,7 +44,7 @@ def step_products(weights: list, m: int, g):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--rows', default='1,4,8,16,24,32'); p.add_argument('--rounds', type=int, default=8)
-    p.add_argument('--threads', type=int, default=None); p.add_argument('--out', default='bench/results/ninth_pass')
+    p.add_argument('--threads', type=int, default=None); p.add_argument('--out', default='bench/results')
     a = p.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)
     if fast.amx_kernel() is None: sys.exit("this CPU has no AMX (or the kernel could not be built): nothing to compare")

@@ -4,7 +4,7 @@ taken N times, a second apart. On the fifteenth pass's VM it jumped between abou
 `bench offline` also measures batch 1 against probes taken between its steps (`paired_bandwidth_share`). Writes OUT/bandwidth_drift.{csv,txt}
 with the machine line. Not part of CI.
 
-    python bench/bandwidth_drift.py --samples 60 --out bench/results/fifteenth_pass
+    python bench/bandwidth_drift.py --samples 60 --out bench/results
 """
 import argparse, statistics, sys, time
 from pathlib import Path

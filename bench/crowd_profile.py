@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where a crowd's wall time goes in a real `nanoserve serve`, against the arithmetic floor of the same crowd.
 
-    python bench/crowd_profile.py --rounds 3 --out bench/results/nineteenth_pass       # needs py-spy (pip install py-spy)
+    python bench/crowd_profile.py --rounds 3 --out bench/results       # needs py-spy (pip install py-spy)
 
 The server runs as in the side-by-side bench (pinned to --server-cpus with OMP_NUM_THREADS = its cores, the client on
 --client-cpus). After a warm-up crowd, each round sends a fresh plan of the side-by-side's shape (seed + round, so no prompt is

@@ -27,7 +27,7 @@ SHAPES = [(576, 960), (576, 576), (576, 3072), (1536, 576)] * 30 + [(576, 49152)
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--rows', default='1,4,8,16,32'); p.add_argument('--rounds', type=int, default=7)
-    p.add_argument('--threads', type=int, default=None); p.add_argument('--out', default='bench/results/eighth_pass')
+    p.add_argument('--threads', type=int, default=None); p.add_argument('--out', default='bench/results')
     p.add_argument('--isa', default=None, help="the kernel's version: avx512f or avx2 (default: the engine's on this CPU)")
     a = p.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)

@@ -3,7 +3,7 @@
 # so that a VM's drift over minutes falls on both arms alike.  Each run's CSV (with the machine line) goes to OUT/<arm>_round<k>.csv;
 # the tables and the commands to OUT/offline_ab.txt.  Not part of CI.
 #
-#   bench/offline_ab.sh "--no-amx-linear" 3 bench/results/thirteenth_pass/offline_ab bfloat16
+#   bench/offline_ab.sh "--no-amx-linear" 3 bench/results/offline_ab bfloat16   (the committed run: bench/results/archive/thirteenth_pass/offline_ab)
 set -euo pipefail
 FLAGS=${1:?flags of the second arm, e.g. "--no-amx-linear"}; ROUNDS=${2:-3}; OUT=${3:-bench/results/offline_ab}; DTYPES=${4:-bfloat16}
 NANOSERVE=${NANOSERVE:-.venv/bin/nanoserve}

@@ -58,9 +58,9 @@ def crowd(eng, plan) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--model', default=None); ap.add_argument('--plan', default='bench/results/seventh_pass/peers_committed/plan.json')
+    ap.add_argument('--model', default=None); ap.add_argument('--plan', default='bench/results/archive/seventh_pass/peers_committed/plan.json')
     ap.add_argument('--rounds', type=int, default=6); ap.add_argument('--prefill-rounds', type=int, default=20)
-    ap.add_argument('--out', default='bench/results/eleventh_pass')
+    ap.add_argument('--out', default='bench/results')
     a = ap.parse_args()
     keep_freed_memory()
     plan = json.loads(Path(a.plan).read_text())

@@ -21,7 +21,7 @@ from nanoserve.offline_bench import machine
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--dtype', default='float32'); p.add_argument('--out', default='bench/results/eighth_pass')
+    p.add_argument('--dtype', default='float32'); p.add_argument('--out', default='bench/results')
     p.add_argument('--plan', default=None, help="a side-by-side plan.json: its prompts, not four random ones")
     p.add_argument('--no-prefill-kernel', action='store_true', help="prefill attention through SDPA")
     a = p.parse_args(argv)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The most any server could show against the peer at each rate of side-by-side runs already saved.
 
-    python bench/peers/rate_ceiling.py bench/results/*/peers* --out bench/results/nineteenth_pass
+    python bench/peers/rate_ceiling.py bench/results/archive/*/peers* --out bench/results
 
 An open-loop run's duration counts from its start and cannot end before its last request is sent, so its output throughput
 is at most its tokens over the time of its last send (Day 41's `throughput_ceiling`). Over the peer's measured throughput in the same round, that is
