@@ -137,10 +137,11 @@ def cited_files(latest: Path = LATEST) -> list[Path]:
     return [latest/f['folder']/name for f in FAMILIES for _, name in f['runs']]
 
 def readme_section(text: str) -> str:
-    "The README's performance section: from its heading up to the next section of the same level."
+    "The README's performance section: from its heading up to the blank line before the next section of the same level."
     start = text.index(HEADING + '\n')
     end = text.find('\n## ', start + len(HEADING))
-    return text[start:] if end < 0 else text[start:end + 1]
+    return (text[start:] if end < 0 else text[start:end]).rstrip('\n') + '\n'
+
 
 def write(root: Path = ROOT):
     "Put the section into the notebooks' performance cells and into README.md (as `make readme` would)."
