@@ -101,8 +101,8 @@ class DecodeCall:
     `decode_call_refusal`); `argmax`: the address of the sampler's argmax kernel for the model's dtype, which `run` then
     calls on the logits when asked."""
     def __init__(self, model: CausalLM, cache: KVCache, argmax: int | None = None):
-        if (why := decode_call_refusal(model,
-                cache)) is not None: raise ValueError(f"this model cannot take the decode call: {why}")
+        if (why := decode_call_refusal(model, cache)) is not None:
+            raise ValueError(f"this model cannot take the decode call: {why}")
         self.model, self.cache, self.lib = model, cache, decode_call_kernel()
         cfg, fn = model.config, lambda lib, name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
         ew, bf = elementwise_kernel(), model.dtype == torch.bfloat16
@@ -142,8 +142,8 @@ class DecodeCall:
     def _check_pools(self):
         if (self.cache.k.data_ptr(), self.cache.v.data_ptr()) != self._pools:
             raise RuntimeError("the KV pools moved since the decode call was made")
-        if (self.cache.slots.data_ptr(), self.model.model.embed_tokens.weight.data_ptr()) != (self._table[0],
-                self._rows_args[0]):
+        moved = (self.cache.slots.data_ptr(), self.model.model.embed_tokens.weight.data_ptr())
+        if moved != (self._table[0], self._rows_args[0]):
             raise RuntimeError("the slot table or the embedding moved since the decode call was made")
 
     def _raise(self, rc: int):
@@ -164,8 +164,8 @@ class DecodeCall:
         self._check_pools()
         # [R, hidden]: the embedding, as nn.Embedding looks it up
         h = self.model.model.embed_tokens.weight.index_select(0, input_ids)
-        win, pos, slots, ctx = decode_slots(self.cache,
-                meta), meta.positions.contiguous(), meta.slot_mapping.contiguous(), meta.decode_context.contiguous()
+        win = decode_slots(self.cache, meta)
+        pos, slots, ctx = meta.positions.contiguous(), meta.slot_mapping.contiguous(), meta.decode_context.contiguous()
         logits = torch.empty(R, self.model.config.vocab_size, dtype=self.model.dtype, device=h.device)
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_forward(*self._args, h.data_ptr(), pos.data_ptr(), slots.data_ptr(), win.data_ptr(),

@@ -250,8 +250,9 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
         return model
     with torch.no_grad():                        # the new weights are plain tensors, like the loaded ones
         for layer in model.model.layers if fuse or one_row or pack else ():
-            if fuse: layer.self_attn, layer.mlp = FusedAttention(layer.self_attn, one_row), FusedMLP(layer.mlp,
-                    one_row, small_ops)
+            if fuse:
+                layer.self_attn = FusedAttention(layer.self_attn, one_row)
+                layer.mlp = FusedMLP(layer.mlp, one_row, small_ops)
             else:
                 a, m = layer.self_attn, layer.mlp
                 for mod, names in ((a, ('q_proj', 'k_proj', 'v_proj', 'o_proj')),

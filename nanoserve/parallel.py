@@ -298,10 +298,9 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
         model.model.embed_tokens = VocabParallelEmbedding(per, full.hidden_size, tp.rank * per, tp)
         model.lm_head = nn.Linear(full.hidden_size, per, bias=False)
     tied = {'lm_head.weight': 'model.embed_tokens.weight'} if full.tie_word_embeddings else {}
-    model.load_report = load_weights(model, path, dtype, device, tied,
-                                     expected={n: tuple(p.shape) for n, p in whole.named_parameters() if n not in tied},
-                                     read=lambda h, name, info: read_shard(h, name, shard_of(name, info.shape, tp.rank,
-                                                                                           tp.world)))
+    expected = {n: tuple(p.shape) for n, p in whole.named_parameters() if n not in tied}
+    def read(h, name, info): return read_shard(h, name, shard_of(name, info.shape, tp.rank, tp.world))
+    model.load_report = load_weights(model, path, dtype, device, tied, expected=expected, read=read)
     model.rotary.to(device)
     model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack, amx, small_ops, invariant)
     # before the wrapping hides the layers

@@ -72,8 +72,8 @@ class SamplingParams:
         object.__setattr__(self, 'stop_token_ids', tuple(self.stop_token_ids))
         bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
         try: bias = tuple(sorted((int(t), float(b)) for t, b in bias))
-        except (TypeError, ValueError): need(False,
-                                             f"logit_bias must map token ids to numbers, got {self.logit_bias!r}")
+        except (TypeError, ValueError):
+            need(False, f"logit_bias must map token ids to numbers, got {self.logit_bias!r}")
         need(all(-100 <= b <= 100 for _, b in bias),
              f"logit_bias values must be in [-100, 100], got {self.logit_bias!r}")
         object.__setattr__(self, 'logit_bias', bias)
