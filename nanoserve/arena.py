@@ -8,7 +8,7 @@ import mmap, re
 import torch
 
 # %% auto #0
-__all__ = ['HUGE_PAGE', 'ARENA_ALIGN', 'thp_mode', 'huge_buffer', 'into_arena', 'huge_page_bytes']
+__all__ = ['HUGE_PAGE', 'ARENA_ALIGN', 'thp_mode', 'huge_buffer', 'arena_views', 'into_arena', 'huge_page_bytes']
 
 # %% ../nbs/06_arena.ipynb #ar000007
 HUGE_PAGE = 2 << 20         # bytes of an x86-64 transparent huge page
@@ -36,19 +36,24 @@ def huge_buffer(nbytes: int) -> torch.Tensor:
     return whole[start:start + nbytes]
 
 # %% ../nbs/06_arena.ipynb #ar000009
-def into_arena(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    "Copies of `tensors` (CPU) end to end in one `huge_buffer`, in the order given, each starting on a 4 KiB boundary."
+def arena_views(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Empty views, one for each of `tensors` (CPU) with its dtype and shape, end to end in one `huge_buffer` in the
+    order given, each starting on a 4 KiB boundary: where the copies go."""
     for i, t in enumerate(tensors):
         if t.device.type != 'cpu': raise ValueError(f"tensor {i} is on {t.device}: an arena holds CPU tensors")
     sizes = [-(-t.numel() * t.element_size() // ARENA_ALIGN) * ARENA_ALIGN for t in tensors]
     block, out, off = huge_buffer(sum(sizes)), [], 0
     for t, size in zip(tensors, sizes):
         n = t.numel() * t.element_size()
-        view = block[off:off + n].view(t.dtype).view(t.shape)
-        view.copy_(t)
-        out.append(view)
+        out.append(block[off:off + n].view(t.dtype).view(t.shape))
         off += size
     return out
+
+def into_arena(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    "Copies of `tensors` (CPU) end to end in one `huge_buffer`, in the order given, each starting on a 4 KiB boundary."
+    views = arena_views(tensors)
+    for view, t in zip(views, tensors): view.copy_(t)
+    return views
 
 def huge_page_bytes(t: torch.Tensor) -> int | None:
     """Bytes of the mapping that holds `t` backed by huge pages now (its `AnonHugePages` in /proc/self/smaps); None

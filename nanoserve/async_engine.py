@@ -9,9 +9,8 @@ import asyncio, itertools, threading
 from collections import deque
 from dataclasses import dataclass, asdict, field
 from typing import AsyncIterator, Callable, Mapping
-from .core import NanoserveError
+from .core import NanoserveError, RequestError, peak_rss_bytes
 from .engine import Engine, RequestOutput
-from .core import RequestError
 from .sampling import SamplingParams
 
 # %% auto #0
@@ -43,6 +42,7 @@ class EngineStats:
     # {requests run together: steps} since start (the load generator reads its change over a run)
     steps_by_batch: dict = field(default_factory=dict)
     num_device_checks: int = 0     # tensor factories the device discipline saw name their device (--check-devices)
+    peak_rss_bytes: int = 0        # the serving process's peak resident memory (VmHWM on Linux)
     def as_dict(self) -> dict: return asdict(self)
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ def stats(self: AsyncEngine) -> EngineStats:
                        c['num_aborted'], c['prompt_tokens'], c['generation_tokens'], s.num_preemptions, s.num_steps,
                        s.kv_usage, s.kv_free_blocks, s.kv_total_blocks,
                        s.prefix_cache_queries, s.prefix_cache_hits, s.num_paused_steps, s.steps_by_batch,
-                       s.num_device_checks)
+                       s.num_device_checks, peak_rss_bytes())
 
 @patch
 def capture_stats(self: AsyncEngine):

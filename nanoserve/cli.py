@@ -177,6 +177,7 @@ def cmd_bench(args) -> int:
                                          machine, asdict, best_of_repeats,
                                          paired_bandwidth_share)
     from nanoserve.weights import weight_bytes
+    from nanoserve.core import peak_rss_bytes, reset_peak_rss
     from pathlib import Path
     from nanoserve.pull import resolve_model
     from nanoserve.launch import build_engine, config_from_args
@@ -203,11 +204,12 @@ def cmd_bench(args) -> int:
     if args.repeats < 1: raise RequestError(f"--repeats must be at least 1, got {args.repeats}")
     for dtype in args.dtypes.split(','):
         for rep in range(args.repeats):  # every engine once a round: the machine's drift falls on all of them alike
+            reset_peak_rss()             # the peak of this engine's boot and runs, not of the ones before it
             engine = build_engine(path, config_from_args(args, dtype=dtype))
             w = make_workload(args.num_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
             ceil = ceilings(engine.model, args.max_batch_size)
             r = asdict(run_nanoserve(engine, w))
-            r.update(quantization=args.quantization)
+            r.update(quantization=args.quantization, peak_rss_mb=round(peak_rss_bytes() / 2**20, 1))
             r.update(ceil, gemm_ceiling_share=r['output_tok_s'] / ceil['gemm_ceiling_tok_s'])
             rows.append(r | {'repeat': rep})
             if args.batch1_requests:
@@ -219,7 +221,7 @@ def cmd_bench(args) -> int:
                 w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size,
                                    args.seed)
                 r1 = asdict(run_nanoserve(one, w1))
-                r1.update(quantization=args.quantization)
+                r1.update(quantization=args.quantization, peak_rss_mb=round(peak_rss_bytes() / 2**20, 1))
                 r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
                 if one.model.device.type == 'cpu':
                     # another such run (other prompts: no prefix-cache hits), a host-memory probe after every step

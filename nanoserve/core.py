@@ -5,7 +5,7 @@
 # %% ../nbs/00_core.ipynb #16a7f004
 from __future__ import annotations
 import contextlib, ctypes, functools, hashlib, importlib.resources, inspect, os, platform, subprocess, tempfile
-import threading, warnings
+import re, resource, sys, threading, warnings
 from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
@@ -13,8 +13,9 @@ from torch.overrides import TorchFunctionMode
 # %% auto #0
 __all__ = ['CACHE_ENV', 'DTYPES', 'HOST', 'FACTORIES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError',
            'ModelNotFound', 'RequestError', 'PullError', 'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags',
-           'auto_dtype', 'resolve_dtype', 'sha256_file', 'human_bytes', 'kernel_source', 'kernel_lines', 'c_library',
-           'c_library_error', 'named_in_profile', 'DeviceError', 'DeviceDiscipline']
+           'auto_dtype', 'resolve_dtype', 'sha256_file', 'human_bytes', 'peak_rss_bytes', 'reset_peak_rss',
+           'kernel_source', 'kernel_lines', 'c_library', 'c_library_error', 'named_in_profile', 'DeviceError',
+           'DeviceDiscipline']
 
 # %% ../nbs/00_core.ipynb #2b605166
 class NanoserveError(Exception):
@@ -103,6 +104,20 @@ def human_bytes(n: float) -> str:
     for unit in ('B', 'kB', 'MB', 'GB', 'TB'):
         if abs(n) < 1000 or unit == 'TB': return f"{n:.0f} {unit}" if unit == 'B' else f"{n:.1f} {unit}"
         n /= 1000
+
+# %% ../nbs/00_core.ipynb #e53fa2cb
+def peak_rss_bytes() -> int:
+    "This process's peak resident memory, in bytes: since it started, or since the last `reset_peak_rss`."
+    try: return int(re.search(r'^VmHWM:\s+(\d+) kB', Path('/proc/self/status').read_text(), re.M).group(1)) * 1024
+    except (OSError, AttributeError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == 'darwin' else peak * 1024        # macOS counts bytes, Linux kilobytes
+
+def reset_peak_rss() -> bool:
+    "Start the peak over from what the process holds now (Linux); False where it cannot be."
+    try: Path('/proc/self/clear_refs').write_text('5')
+    except OSError: return False
+    return True
 
 # %% ../nbs/00_core.ipynb #ckern02
 def kernel_source(name: str) -> str:

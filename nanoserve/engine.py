@@ -26,8 +26,9 @@ from .parallel import load_sharded, make_runner, ranks_released_on_error, quanti
 from .grammar import GrammarCompiler
 
 # %% auto #0
-__all__ = ['QUANTIZATIONS', 'THRESHOLD', 'EngineConfig', 'RequestOutput', 'malloc_env', 'keep_freed_memory', 'load_parts',
-           'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'Engine', 'EngineSnapshot']
+__all__ = ['QUANTIZATIONS', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'EngineConfig', 'RequestOutput',
+           'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts', 'int4_checkpoint_group',
+           'with_checkpoint_quantization', 'make_cache', 'Engine', 'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
@@ -204,15 +205,35 @@ def malloc_env() -> dict[str, str]:
     spawns)."""
     return {'MALLOC_MMAP_THRESHOLD_': str(THRESHOLD), 'MALLOC_TRIM_THRESHOLD_': str(THRESHOLD)}
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3      # glibc's mallopt parameters
+MALLOC = {'libc': None, 'keeping': False}       # glibc, once found; whether keep_freed_memory holds now
+
+def _libc():
+    import ctypes, ctypes.util, sys
+    if MALLOC['libc'] is None and sys.platform.startswith('linux'):
+        try: MALLOC['libc'] = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
+        except OSError: pass
+    return MALLOC['libc']
+
 def keep_freed_memory():
     """Tell glibc malloc to reuse freed large blocks rather than return them to the kernel (CPU decode speed); once, at
     a process's start."""
-    import ctypes, ctypes.util, sys
-    if not sys.platform.startswith('linux'): return False
-    try: libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
-    except OSError: return False
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD))
+    if (libc := _libc()) is None: return False
+    MALLOC['keeping'] = bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD))
+    return MALLOC['keeping']
+
+@contextlib.contextmanager
+def freed_memory_returned():
+    """While a model loads: large blocks mapped one by one and unmapped when freed (glibc's own rule), so what the load
+    frees (the original weights, once packed) leaves the process at once; then `keep_freed_memory`'s setting again,
+    with what the heap freed meanwhile given back (`malloc_trim`). Nothing changes where that setting is not on."""
+    libc = _libc() if MALLOC['keeping'] else None
+    if libc is not None: libc.mallopt(M_MMAP_THRESHOLD, 128 << 10)
+    try: yield
+    finally:
+        if libc is not None:
+            libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD)
+            libc.malloc_trim(0)
 
 # %% ../nbs/20_engine.ipynb #e11ffdd2
 def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config: EngineConfig,
@@ -240,9 +261,12 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
                              pack=config.pack_weights, amx=config.amx_linear, small_ops=config.small_ops, quantize=q,
                              invariant=config.batch_invariant is not False)
     else:
-        model = load_model(path, dtype, config.device, max_positions=config.max_model_len)
-        model = speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear,
-                         config.small_ops, config.batch_invariant is not False)
+        with freed_memory_returned():
+            model = load_model(path, dtype, config.device, max_positions=config.max_model_len)
+            # the original weights go where the packed copies serve every product, unless the quantizer reads them
+            model = speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear,
+                             config.small_ops, config.batch_invariant is not False,
+                             release=config.quantization == 'none')
     model.dtype_reason = why
     with ranks_released_on_error(model):
         tokenizer = tokenizer or Tokenizer.from_dir(path)

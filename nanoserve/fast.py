@@ -13,12 +13,12 @@ from .layers import MLP, RotaryEmbedding
 from .core import c_library, cpu_flags, kernel_source, named_in_profile
 from .elementwise import FastRMSNorm, FastRotary, silu_mul, silu_mul_op, small_ops_take
 from .f32_linear import F32_MAX_ROWS, f32_pack, f32_product
-from .arena import into_arena
+from .arena import arena_views
 
 # %% auto #0
 __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_reference', 'one_row_product', 'packed_linear',
            'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_pack', 'amx_product', 'FusedAttention',
-           'FusedMLP', 'speed_up', 'invariant_refusal', 'kernel_copies_into_arena']
+           'FusedMLP', 'speed_up', 'invariant_refusal', 'kernel_copies_into_arena', 'release_original']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -235,12 +235,14 @@ class FusedMLP(nn.Module):
 
 # %% ../nbs/06_fast.ipynb #8f83f6a6
 def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: bool = False, amx: bool = True,
-             small_ops: bool = True, invariant: bool = False) -> CausalLM:
+             small_ops: bool = True, invariant: bool = False, release: bool = False) -> CausalLM:
     """Fuse q/k/v and gate/up (`fuse`), route one-row CPU products through the compiled GEMV (`one_row`), give every
     product oneDNN's packed weights (`pack`) and, with `amx` too, nanoserve's own kernel's where one applies (AMX or
     AVX512-BF16 for bfloat16, AVX-512 or AVX2 for float32), and put in the small operators' kernels (`small_ops`), in
     place. With `invariant` (and `pack` and `amx`), the own kernels take every row count instead of oneDNN's
-    (`invariant_refusal` says where they cannot)."""
+    (`invariant_refusal` says where they cannot). With `release`, each product's original weight is freed as soon as
+    its packed copies serve every row count (`release_original`): for a model nothing will read again, as the quantizer
+    would."""
     want = {'fuse': bool(fuse), 'one_row': bool(one_row), 'pack': bool(pack),
             'amx': bool(pack and amx and amx_kernel() is not None), 'small_ops': bool(small_ops),
             'invariant': bool(invariant)}
@@ -260,7 +262,11 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
                     for n in names: setattr(mod, n, FastLinear.of(getattr(mod, n), one_row=one_row))
         if fuse or one_row or pack: model.lm_head = FastLinear.of(model.lm_head, one_row=one_row)
         linears = [m for m in model.modules() if isinstance(m, FastLinear)]
-        packed = pack and all([m.pack(amx=bool(amx), invariant=bool(invariant)) for m in linears])   # False: not oneDNN
+        tied_head = model.lm_head.weight is model.model.embed_tokens.weight      # the embedding reads it too
+        packed = bool(pack)                      # False: some product has no oneDNN copy
+        for m in linears if pack else ():
+            packed = m.pack(amx=bool(amx), invariant=bool(invariant)) and packed
+            if release: release_original(m, tied=m is model.lm_head and tied_head)
         if packed and amx: kernel_copies_into_arena(model)
         # the small operators: the norms and the rotary embedding, their tensors shared
         if small_ops:
@@ -295,8 +301,24 @@ def kernel_copies_into_arena(model: CausalLM) -> list[torch.Tensor]:
     the copies, in that order."""
     slots = [(m, name) for m in model.modules() if isinstance(m, FastLinear) for name in ('amx', 'f32')
              if getattr(m, name) is not None]
-    copies = into_arena([getattr(m, name) for m, name in slots])
-    for (m, name), t in zip(slots, copies):
+    copies = arena_views([getattr(m, name) for m, name in slots])
+    for (m, name), t in zip(slots, copies):     # one at a time: each old copy is freed as its place is taken
+        t.copy_(getattr(m, name))
         setattr(m, name, t)
         setattr(m.weight, name, t)
     return copies
+
+def release_original(m: FastLinear, tied: bool = False) -> int:
+    """Free `m`'s original weight where its packed copies serve every row count and every path (the own kernel's at
+    every count, as in the batch-invariant mode; or the own bfloat16 kernel's and oneDNN's beyond it), so the packed
+    layout is the one copy that stays; a `tied` weight (read by the embedding too) is kept. The weight keeps its shape,
+    dtype and the copies it carries but holds one element (stride 0), so nothing can read its old values. Returns the
+    bytes freed (0: kept)."""
+    w = m.weight
+    serves_all = m.invariant or (m.amx is not None and m.packed is not None)
+    if tied or not serves_all or w.stride() == (0, 0): return 0
+    freed = w.numel() * w.element_size()
+    stub = nn.Parameter(w.new_empty(1).expand(w.shape), requires_grad=False)
+    for name in ('packed', 'amx', 'f32', 'invariant'): setattr(stub, name, getattr(m, name))
+    m.weight = stub
+    return freed

@@ -13,8 +13,8 @@ from safetensors import safe_open
 from .core import WeightsError, ModelNotFound, human_bytes
 
 # %% auto #0
-__all__ = ['IGNORED_SUFFIXES', 'TensorInfo', 'LoadReport', 'checkpoint_files', 'read_headers', 'check_tensors', 'set_parameter',
-           'weight_bytes', 'load_weights']
+__all__ = ['IGNORED_SUFFIXES', 'SAFETENSORS_DTYPES', 'TensorInfo', 'LoadReport', 'checkpoint_files', 'read_headers',
+           'check_tensors', 'set_parameter', 'weight_bytes', 'read_private', 'load_weights']
 
 # %% ../nbs/03_weights.ipynb #7124f110
 @dataclass(frozen=True)
@@ -87,17 +87,41 @@ def set_parameter(model: nn.Module, name: str, value: torch.Tensor | nn.Paramete
 
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of the model's parameters, each storage counted once (tied weights are one tensor; a parameter still on the
-    meta device holds none)."""
+    meta device holds none). A weight whose values live elsewhere, a stride-0 stand-in over one element (the fast
+    layers' packed copies hold it), counts at its full size: those bytes are still resident and read."""
     seen, total = set(), 0
     for _, p in model.named_parameters(remove_duplicate=False):
         if p.device.type == 'meta': continue
         key = (p.device, p.untyped_storage().data_ptr())
         if key not in seen:
             seen.add(key)
-            total += p.untyped_storage().nbytes()
+            stand_in = p.dim() > 0 and all(s == 0 for s in p.stride()) and p.numel() > 1
+            total += p.numel() * p.element_size() if stand_in else p.untyped_storage().nbytes()
     return total
 
 # %% ../nbs/03_weights.ipynb #c0e96fdf
+SAFETENSORS_DTYPES = {'F64': torch.float64, 'F32': torch.float32, 'BF16': torch.bfloat16, 'F16': torch.float16}
+
+def read_private(f: Path, names: list[str]):
+    """Yield (name, tensor) for `names` of the safetensors file `f`, each read with plain file reads into memory of the
+    process's own, one at a time. safetensors' own reader maps the file: its tensors are views of the mapping, whose
+    pages count as the process's memory for as long as any of them lives, beside every copy made of them."""
+    with open(f, 'rb') as fh:
+        size = int.from_bytes(fh.read(8), 'little')
+        header, start = json.loads(fh.read(size)), 8 + size
+        for name in names:
+            info = header[name]
+            t = torch.empty(info['shape'], dtype=SAFETENSORS_DTYPES[info['dtype']])
+            begin, end = info['data_offsets']
+            if end - begin != t.numel() * t.element_size():
+                raise WeightsError(f"{f}: {name} holds {end - begin} bytes, not the {t.numel() * t.element_size()} "
+                                   "its shape and dtype need; download or pull the model again")
+            fh.seek(start + begin)
+            if fh.readinto(t.view(-1).view(torch.uint8).numpy()) != end - begin:
+                raise WeightsError(f"{f} ends inside {name}: it is truncated; download or pull the model again")
+            yield name, t
+
+#| export
 def load_weights(model: nn.Module, path: str | Path, dtype: torch.dtype = torch.float32,
                  device: str | torch.device = 'cpu',
                  tied: dict[str, str] | None = None, expected: dict[str, tuple] | None = None, read=None) -> LoadReport:
@@ -112,9 +136,10 @@ def load_weights(model: nn.Module, path: str | Path, dtype: torch.dtype = torch.
     by_file: dict[Path, list[str]] = {}
     for name in expected: by_file.setdefault(found[name].file, []).append(name)
     for f, names in by_file.items():
+        if read is None:             # each tensor read into the process's own memory, so no mapping of the file stays
+            for name, t in read_private(f, names): set_parameter(model, name, t.to(device=device, dtype=dtype))
+            continue
         with safe_open(str(f), framework='pt', device='cpu') as h:
-            for name in names:
-                t = h.get_tensor(name) if read is None else read(h, name, found[name])
-                set_parameter(model, name, t.to(device=device, dtype=dtype))
+            for name in names: set_parameter(model, name, read(h, name, found[name]).to(device=device, dtype=dtype))
     for alias, source in tied.items(): set_parameter(model, alias, model.get_parameter(source))
     return LoadReport(len(expected), weight_bytes(model), dtype, time.perf_counter() - t0)
