@@ -6,14 +6,14 @@
 from __future__ import annotations
 from fastcore.basics import patch
 import csv, math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, asdict
 from pathlib import Path
-from .loadgen import LoadRun, RequestRecord, Watch
+from .loadgen import LoadRun, LoadgenError, RequestRecord, Watch
 
 # %% auto #0
 __all__ = ['PERCENTILES', 'METRICS', 'NAMES', 'percentile', 'Dist', 'output_tokens', 'latencies', 'ConcurrencyReading',
            'read_concurrency', 'hit_rate', 'throughput_ceiling', 'ceiling_ratio', 'LoadReport', 'table', 'write_csv',
-           'plot_reports']
+           'SLO', 'meets_slo', 'Goodput', 'RateSweep', 'plot_reports']
 
 # %% ../nbs/41_loadreport.ipynb #9a1d17df
 PERCENTILES = (50, 90, 99)
@@ -233,6 +233,80 @@ def write_csv(reports: list[LoadReport], path, extra: dict | None = None) -> Pat
         w.writeheader()
         w.writerows(rows)
     return path
+
+# %% ../nbs/41_loadreport.ipynb #83993c91
+@dataclass(frozen=True)
+class SLO:
+    "Service-level objectives of one request, in seconds; None leaves a metric unchecked."
+    ttft: float | None = 1.0     # time to first token
+    tpot: float | None = 0.1     # time per output token after the first
+    e2e: float | None = None     # end-to-end latency
+    @classmethod
+    def parse(cls, spec: str) -> SLO:
+        "vLLM's `--goodput` objectives in milliseconds: 'ttft:1000 tpot:100' (or with commas; e2el: end-to-end)."
+        ms = {}
+        for part in spec.replace(',', ' ').split():
+            key, _, value = part.partition(':')
+            key = 'e2e' if key == 'e2el' else key
+            try: ms[key] = float(value)
+            except ValueError: ms[key] = math.nan
+            if key not in ('ttft', 'tpot', 'e2e') or not ms[key] > 0:
+                raise LoadgenError(f"cannot read the SLO {part!r} of {spec!r}: give ttft, tpot or e2el with a limit "
+                                   "in ms above 0, e.g. --goodput ttft:1000,tpot:100")
+        if not ms: raise LoadgenError(f"no SLO in {spec!r}: give e.g. --goodput ttft:1000,tpot:100")
+        return cls(*(ms[k] / 1e3 if k in ms else None for k in ('ttft', 'tpot', 'e2e')))
+
+def meets_slo(r: RequestRecord, slo: SLO) -> bool:
+    "Whether a request completed and met every objective of `slo` (a one-token answer's TPOT counts 0, as in vLLM)."
+    if not r.ok or not r.chunk_times: return False
+    ttft, e2e, n = r.chunk_times[0] - r.sent, r.done - r.sent, output_tokens(r)
+    got = {'ttft': ttft, 'tpot': (e2e - ttft) / (n - 1) if n > 1 else 0.0, 'e2e': e2e}
+    return all(limit is None or got[k] <= limit for k, limit in asdict(slo).items())
+
+@dataclass(frozen=True)
+class Goodput:
+    "How many of a run's requests met their SLOs."
+    good: int               # completed within every objective
+    num_requests: int       # all the plan's requests, failed ones included
+    duration: float         # seconds, the run's
+    @property
+    def share(self) -> float: return self.good / self.num_requests if self.num_requests else 0.0
+    @property
+    def per_s(self) -> float: return self.good / self.duration if self.duration > 0 else 0.0   # vLLM's goodput
+    @classmethod
+    def of(cls, records: list[RequestRecord], duration: float, slo: SLO) -> Goodput:
+        return cls(sum(meets_slo(r, slo) for r in records), len(records), duration)
+
+# %% ../nbs/41_loadreport.ipynb #ab44e44c
+@dataclass
+class RateSweep:
+    "The open-loop rates to run, one after another, in search of the highest whose share of good requests passes."
+    start: float = 1.0          # requests/s of the first run
+    max_rate: float = 64.0      # the sweep's bound: a pass here ends it
+    bisect: int = 3             # midpoints tried after the first failure
+    min_share: float = 0.9      # share of requests within their SLOs that passes a rate
+    shares: dict = field(default_factory=dict)    # rate -> measured share, in the order run
+    def __post_init__(self):
+        if not 0 < self.start <= self.max_rate:
+            raise LoadgenError(f"a rate sweep needs 0 < start <= max_rate, got start {self.start}, max {self.max_rate}")
+        if self.bisect < 0: raise LoadgenError(f"bisect steps must be >= 0, got {self.bisect}")
+        if not 0 < self.min_share <= 1: raise LoadgenError(f"min_share must be in (0, 1], got {self.min_share}")
+    def passed(self, rate: float) -> bool: return self.shares[rate] >= self.min_share
+    @property
+    def best(self) -> float | None:
+        "The highest rate run that passed (None: none did)."
+        return max((r for r in self.shares if self.passed(r)), default=None)
+    @property
+    def capped(self) -> bool: return self.best is not None and self.best >= self.max_rate
+    def next_rate(self) -> float | None:
+        "The rate to run next; None when the sweep is done."
+        rates = list(self.shares)
+        if not rates: return self.start
+        fails = [r for r in rates if not self.passed(r)]
+        if not fails: return None if rates[-1] >= self.max_rate else min(2 * rates[-1], self.max_rate)
+        if len(rates) - rates.index(fails[0]) - 1 >= self.bisect: return None
+        hi = min(fails)
+        return (max((r for r in rates if self.passed(r) and r < hi), default=0.0) + hi) / 2
 
 # %% ../nbs/41_loadreport.ipynb #b5b013af
 def plot_reports(reports: list[LoadReport], path=None, title: str = ''):

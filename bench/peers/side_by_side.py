@@ -19,11 +19,21 @@ At each rate the text also gives the most any server could show against the peer
 cannot end before its last request is sent).
 Writes OUT/plan.json, OUT/<server>[.roundK].{csv,png,runs.jsonl}, OUT/side_by_side.{csv,png,txt}. Not part of CI: vLLM
 takes minutes to start and lives in its own venv (bench/peers/install_vllm.sh).
+
+With --goodput ttft:1000,tpot:100 (vLLM's --goodput objectives, in ms), the goodput sweep instead: every server booted
+once, as with --interleave, runs a --goodput-requests plan (64) as a crowd to warm up (so every sweep run meets the
+same prefix cache), then open loop at rates from --goodput-start, doubled while at least --goodput-share (0.9) of the
+requests meet every objective (failed requests count against it), up to --goodput-max-rate, then --goodput-bisect
+midpoints between the highest pass and the first failure. The servers take their steps in turn, the order flipped
+each step, the others quiet first. Reports each server's highest passing rate and their ratio; writes
+OUT/goodput.{csv,txt}, OUT/goodput.plan.json and OUT/<server>.goodput.runs.jsonl.
+
+    python bench/peers/side_by_side.py --goodput ttft:1000,tpot:100 --goodput-requests 64 --goodput-share 0.9
 """
-import argparse, contextlib, os, statistics, sys, time
+import argparse, contextlib, csv, os, statistics, sys, time
 from pathlib import Path
 from nanoserve.loadgen import make_plan, spawn_server, free_port, nanoserve_command, parse_lengths
-from nanoserve.loadreport import LoadReport, table, write_csv, plot_reports, ceiling_ratio
+from nanoserve.loadreport import LoadReport, table, write_csv, plot_reports, ceiling_ratio, SLO, Goodput, RateSweep
 from nanoserve.servebench import bench_serve, save_runs
 from nanoserve.pull import resolve_model
 from nanoserve.tokenizer import Tokenizer
@@ -55,20 +65,27 @@ def settle(ports: list[int], window: float = 0.5, quiet: float = 0.02, timeout: 
         if sum(session_cpu(p) for p in ports) - before < quiet: break
     return time.monotonic() - t0
 
+def boot_all(stack, args, table_, names):
+    "Boot every server of `names` inside `stack`, all pinned to --server-cpus; returns (urls, ports, boot seconds)."
+    urls, ports, boots = {}, {}, {}
+    for server in names:
+        command, env = table_[server]
+        ports[server] = port = free_port()
+        print(f"[{server}] starting on cpus {args.server_cpus}", file=sys.stderr, flush=True)
+        server_up = spawn_server(command=command(port), port=port, cpus=args.server_cpus, env=env,
+                                 timeout=args.boot_timeout)
+        urls[server], boots[server] = stack.enter_context(server_up)
+        print(f"[{server}] healthy after {boots[server]:.0f} s", file=sys.stderr, flush=True)
+    return urls, ports, boots
+
 def run_interleaved(args, table_, names, name, plans, rates, out):
     """Every server booted once; rounds of every mode on every server in turn (the order flipped each round), round k on plans[k]:
     its prompts its own (seed + k), so that a round's crowd finds no earlier round's prompts in either server's prefix cache (within a round,
     the open-loop runs meet the crowd's prompts again, as in a round of fresh servers). Returns (rounds, boots, idle lines)."""
     rounds, boots, idle = [{} for _ in range(args.repeats)], {n: [] for n in names}, []
     with contextlib.ExitStack() as stack:
-        urls, ports = {}, {}
-        for server in names:
-            command, env = table_[server]
-            ports[server] = port = free_port()
-            print(f"[{server}] starting on cpus {args.server_cpus}", file=sys.stderr, flush=True)
-            url, boot = stack.enter_context(spawn_server(command=command(port), port=port, cpus=args.server_cpus, env=env, timeout=args.boot_timeout))
-            urls[server] = url; boots[server].append(boot)
-            print(f"[{server}] healthy after {boot:.0f} s", file=sys.stderr, flush=True)
+        urls, ports, booted = boot_all(stack, args, table_, names)
+        for server in names: boots[server].append(booted[server])
         modes = [None] + rates
         for k in range(args.repeats):
             order = names if k % 2 == 0 else names[::-1]
@@ -86,6 +103,114 @@ def run_interleaved(args, table_, names, name, plans, rates, out):
             for server in names:
                 save_runs(rounds[k][server], out, f'{server}.round{k + 1}', f'{server}: {name} {args.dtype}, server cpus {args.server_cpus}, round {k + 1} (interleaved)')
     return rounds, boots, idle
+
+def log(m: str):
+    print(m, file=sys.stderr, flush=True)
+
+def sweep_goodput(args, table_, names, name, plan, slo):
+    """Every server booted once and warmed by a crowd of `plan`; then each server's `RateSweep` a step at a time, the
+    servers in turn (the order flipped each step, the others quiet first). Returns (sweeps, runs, boots, idle lines)."""
+    sweeps = {n: RateSweep(args.goodput_start, args.goodput_max_rate, args.goodput_bisect, args.goodput_share)
+              for n in names}
+    runs, idle = {n: [] for n in names}, []
+    with contextlib.ExitStack() as stack:
+        urls, ports, boots = boot_all(stack, args, table_, names)
+        for server in names:
+            settle([ports[n] for n in names if n != server])
+            bench_serve(urls[server], name, plan, [], crowd=True, label=f'{server} warm', seed=args.seed, log=log)
+        step = 0
+        while pending := [n for n in names if sweeps[n].next_rate() is not None]:
+            for server in (pending if step % 2 == 0 else pending[::-1]):
+                rate = sweeps[server].next_rate()
+                others = [n for n in names if n != server]
+                waited = settle([ports[n] for n in others])
+                before = {n: session_cpu(ports[n]) for n in others}
+                run = bench_serve(urls[server], name, plan, [rate], crowd=False, label=server, seed=args.seed,
+                                  log=log)[0]
+                g = Goodput.of(run.records, run.duration, slo)
+                sweeps[server].shares[rate] = g.share
+                runs[server].append(run)
+                log(f"{server} {rate:g}/s: {g.good}/{g.num_requests} good ({g.share:.0%}), {g.per_s:.2f} good req/s: "
+                    + ('pass' if sweeps[server].passed(rate) else 'fail'))
+                idle += [f"{server} open {rate:g}/s ({run.duration:.1f} s): {n} idle used "
+                         f"{session_cpu(ports[n]) - before[n]:.2f} CPU s (quiet after {waited:.1f} s)" for n in others]
+            step += 1
+    return sweeps, runs, boots, idle
+
+def goodput_rows(server: str, sweep: RateSweep, runs, slo: SLO, extra: dict) -> list[dict]:
+    "One CSV row per run of a server's sweep."
+    rows = []
+    for run in runs:
+        g, rep = Goodput.of(run.records, run.duration, slo), LoadReport.of(run)
+        hit = rep.prefix_cache_hit_rate
+        rows.append({'server': server, 'rate': run.plan.rate, 'passed': sweep.passed(run.plan.rate),
+                     'share': round(g.share, 4), 'good': g.good, 'num_requests': g.num_requests,
+                     'failed': rep.failed, 'goodput_rps': round(g.per_s, 4),
+                     'output_throughput': round(rep.output_throughput, 2),
+                     **{f'{m}_{q}_ms': round(1e3 * getattr(getattr(rep, m), q), 1)
+                        for m in ('ttft', 'tpot') for q in ('p50', 'p99')},
+                     'duration_s': round(run.duration, 2),
+                     'prefix_cache_hit_rate': None if hit is None else round(hit, 4), **extra})
+    return rows
+
+def sweep_text(server: str, sweep: RateSweep, runs, slo: SLO) -> str:
+    "A server's sweep in one line: each rate's share, then its highest passing rate."
+    steps = []
+    for run in runs:
+        g = Goodput.of(run.records, run.duration, slo)
+        steps.append(f"{run.plan.rate:g}/s {g.share:.0%} ({g.per_s:.2f} good req/s, "
+                     f"{'pass' if sweep.passed(run.plan.rate) else 'fail'})")
+    fails = [r for r in sweep.shares if not sweep.passed(r)]
+    if sweep.best is None: best = f"none (down to {min(sweep.shares):g}/s)"
+    elif sweep.capped: best = f"at least {sweep.best:g}/s (the sweep's bound)"
+    else: best = f"{sweep.best:g}/s (the lowest failure {min(fails):g}/s)"
+    return f"{server}: {'; '.join(steps)}; highest passing rate: {best}"
+
+def ratio_text(names, sweeps) -> str:
+    "The first server's highest passing rate over the second's, with what bounds it."
+    (a, sa), (b, sb) = ((n, sweeps[n]) for n in names)
+    if sb.best is None or sa.best is None:
+        none = ' and '.join(n for n in names if sweeps[n].best is None)
+        return f"highest passing rate {a}/{b}: none ({none} passed no rate)"
+    bound = ('at least ' if sa.capped and not sb.capped else 'at most ' if sb.capped and not sa.capped else
+             "unknown: both reached the sweep's bound, " if sa.capped else '')
+    return f"highest passing rate {a}/{b}: {bound}{sa.best / sb.best:.2f}x ({sa.best:g} vs {sb.best:g} req/s)"
+
+def goodput_main(args, table_, names, name, path, out):
+    "--goodput: the sweep of every server on one plan; writes OUT/goodput.{csv,txt} and each server's runs."
+    slo = SLO.parse(args.goodput)
+    RateSweep(args.goodput_start, args.goodput_max_rate, args.goodput_bisect, args.goodput_share)    # refuse early
+    plan = make_plan(args.goodput_requests, parse_lengths(args.input_len), parse_lengths(args.output_len),
+                     seed=args.seed, tokenizer=Tokenizer.from_dir(path))
+    plan.save(out/'goodput.plan.json')
+    t0 = time.monotonic()
+    sweeps, runs, boots, idle = sweep_goodput(args, table_, names, name, plan, slo)
+    mach = machine()
+    extra = {'slo': args.goodput, 'min_share': args.goodput_share, 'machine': mach, 'server_cpus': args.server_cpus,
+             'client_cpus': args.client_cpus, 'dtype': args.dtype, 'max_batch_size': args.max_batch_size}
+    rows = [row for n in names for row in goodput_rows(n, sweeps[n], runs[n], slo, extra)]
+    with (out/'goodput.csv').open('w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    for n in names: (out/f'{n}.goodput.runs.jsonl').write_text(''.join(r.to_json() + '\n' for r in runs[n]))
+    objectives = ', '.join(f"{k.upper()} <= {1e3 * v:g} ms" for k, v in vars(slo).items() if v is not None)
+    lines = [f"machine: {mach}",
+             f"plan: {plan.name} (fingerprint {plan.fingerprint}); server cpus {args.server_cpus}, client cpus "
+             f"{args.client_cpus}, {args.dtype}, max batch {args.max_batch_size}, nanoserve flags: "
+             f"{args.nanoserve_flags or 'none'}",
+             f"goodput: {objectives} (--goodput {args.goodput}); a rate passes when at least {args.goodput_share:.0%} "
+             f"of the {len(plan)} requests meet every objective (failed requests count against it)",
+             f"sweep: from {args.goodput_start:g}/s, doubled while it passes up to {args.goodput_max_rate:g}/s, then "
+             f"{args.goodput_bisect} midpoints; both servers up, a step of each in turn (the order flipped each step), "
+             f"after a warm-up crowd of the plan on each; {time.monotonic() - t0:.0f} s in all",
+             'boot to healthy: ' + ', '.join(f"{n} {s:.0f} s" for n, s in boots.items()), '']
+    lines += [sweep_text(n, sweeps[n], runs[n], slo) for n in names]
+    if len(names) == 2: lines.append(ratio_text(names, sweeps))
+    if idle: lines += ['', "the idle servers' CPU time during each run:"] + idle
+    text = '\n'.join(lines)
+    (out/'goodput.txt').write_text(text + '\n')
+    print(text)
 
 METRICS = ('out', 'tpot_p50', 'itl_p99', 'ttft_p50')
 
@@ -122,19 +247,30 @@ def main():
     p.add_argument('--boot-timeout', type=float, default=900)
     p.add_argument('--repeats', type=int, default=1, help='rounds of every server in turn (default 1)')
     p.add_argument('--interleave', action='store_true', help='boot every server once and run each mode on them in turn, round after round')
+    p.add_argument('--goodput', default=None, metavar='SLOS',
+                   help="run the goodput sweep instead, with vLLM's objectives in ms, e.g. ttft:1000,tpot:100")
+    p.add_argument('--goodput-requests', type=int, default=64, help="the sweep's plan size (default 64)")
+    p.add_argument('--goodput-share', type=float, default=0.9,
+                   help='share of requests within every objective that passes a rate (default 0.9)')
+    p.add_argument('--goodput-start', type=float, default=1.0, help="the sweep's first rate, req/s (default 1)")
+    p.add_argument('--goodput-max-rate', type=float, default=64.0,
+                   help="the sweep's bound, req/s: a pass there ends it (default 64)")
+    p.add_argument('--goodput-bisect', type=int, default=3,
+                   help='midpoints tried between the highest pass and the first failure (default 3)')
     p.add_argument('--out', default='bench/results/peers')
     args = p.parse_args()
     os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(',')})
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
     path = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr))
     name = Path(path).name
+    ncpu = len(args.server_cpus.split(','))
+    table_ = servers(args, path, name, ncpu)
+    names = args.servers.split(',')
+    if args.goodput: return goodput_main(args, table_, names, name, path, out)
     plan = make_plan(args.num_requests, parse_lengths(args.input_len), parse_lengths(args.output_len), seed=args.seed,
                      tokenizer=Tokenizer.from_dir(path))
     plan.save(out/'plan.json')
     rates = [float(r) for r in args.rates.split(',') if r]
-    ncpu = len(args.server_cpus.split(','))
-    table_ = servers(args, path, name, ncpu)
-    names = args.servers.split(',')
     rounds, boots, idle = [], {n: [] for n in names}, []         # rounds[k][server] -> that round's runs (crowd, then each rate)
     if args.interleave:
         plans = [plan] + [make_plan(args.num_requests, parse_lengths(args.input_len), parse_lengths(args.output_len), seed=args.seed + k,
