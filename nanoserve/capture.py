@@ -16,13 +16,15 @@ from .model import CausalLM
 from .kvcache import KVCache
 from .buckets import DecodeShape, decode_shape, row_buckets, width_buckets, all_shapes
 from .persist import DecodeInputs, decode_layers, decode_step, decode_args, decode_forward, store_kv
+from .decode_call import DecodeCall, decode_call_refusal
+from .sampling import argmax_address
 
 # %% auto #0
 __all__ = ['DEFAULT_CAPTURE_LIMIT', 'RECORDERS', 'CaptureError', 'CaptureLimitError', 'ShapesNotCaptured', 'ReplaysDoNotDominate',
            'ScatteredRows', 'CaptureStats', 'Recorder', 'register_recorder', 'make_recorder', 'HostRecorder',
            'recompile_limits', 'StaticCompileRecorder', 'size_oblivious', 'CompileRecorder', 'CudaGraphRecorder',
-           'rows_are_a_prefix', 'CapturedDecode', 'check_all_shapes_captured', 'check_replays_dominate',
-           'check_no_scattered_rows']
+           'DecodeCallRecorder', 'rows_are_a_prefix', 'CapturedDecode', 'check_all_shapes_captured',
+           'check_replays_dominate', 'check_no_scattered_rows']
 
 # %% ../nbs/54_capture.ipynb #968eaff8
 DEFAULT_CAPTURE_LIMIT = 64     # recordings per recorder, unless told otherwise
@@ -197,6 +199,16 @@ class CudaGraphRecorder(Recorder):
         replay.graph = g
         return replay
 
+@register_recorder
+class DecodeCallRecorder(Recorder):
+    """The decode call as the recording, on the CPU. A pure-decode step there is already one C call over the weights,
+    the KV pools and the slot table, with no operator dispatch left to record away: a shape's recording is the call
+    itself, made for nothing, and a replay is the call over the step's own rows, tokens and contexts (unpadded, any
+    rows, K/V written by the call)."""
+    name = 'decode_call'
+    direct = True        # `CapturedDecode` replays it over the step's lists, not over the persistent buffers
+    def _record(self, fn, args, shape): return fn
+
 # %% ../nbs/54_capture.ipynb #135ea869
 def rows_are_a_prefix(rows) -> bool:
     "Whether a step's cache rows are exactly (0, 1, ... n-1), in that order."
@@ -219,6 +231,14 @@ class CapturedDecode:
         self.refused: set[DecodeShape] = set()         # listed, but past the recorder's limit
         self.captures = self.replays = self.decode_steps = self.scattered_calls = 0
         self.fallbacks: Counter = Counter()
+        # the decode call, where the recorder is it (`DecodeCallRecorder`); `best`: its last step's argmaxes
+        self.call, self.best = self._decode_call() if getattr(self.recorder, 'direct', False) else None, None
+
+    def _decode_call(self) -> DecodeCall:
+        if (why := decode_call_refusal(self.model, self.cache)) is not None:
+            raise ConfigError(f"the 'decode_call' recorder cannot serve this model: {why}; use the compile recorder "
+                              "(--capture-recorder compile)")
+        return DecodeCall(self.model, self.cache, argmax_address(self.model.dtype))
 
     def shape_of(self, num_rows: int, max_context: int) -> DecodeShape:
         if self.bucket: return decode_shape(num_rows, max_context, self.row_buckets, self.width_buckets)
@@ -226,7 +246,11 @@ class CapturedDecode:
 
     def record(self, shape: DecodeShape):
         """Record `shape`'s pure core over the persistent buffers (their current contents are the warm-up step); K/V
-        are stored after each replay."""
+        are stored after each replay. With the decode call, the recording is the call."""
+        if self.call is not None:
+            self.recorded[shape] = self.recorder.record(self.call.run, (), shape)
+            self.captures += 1
+            return
         replay = self.recorder.record(decode_step, decode_args(self.model, self.cache, self.inputs, shape), shape)
         def step():
             logits, k, v = replay()
@@ -243,11 +267,15 @@ def _owned(logits: torch.Tensor) -> torch.Tensor: return logits if logits.device
 
 @torch.inference_mode()
 @patch
-def run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens: list[int]) -> torch.Tensor:
-    """Logits [len(rows), vocab] (float32) of one pure-decode step, on the model's device and the caller's own: on a
-    card a copy (the next replay overwrites a recording's output), on the CPU the tensor itself."""
+def run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens: list[int],
+        argmax: bool = False) -> torch.Tensor:
+    """Logits [len(rows), vocab] (float32; the model's dtype from the decode call) of one pure-decode step, on the
+    model's device and the caller's own: on a card a copy (the next replay overwrites a recording's output), on the CPU
+    the tensor itself. With `argmax`, the decode call also sets `best`, each row's argmax (-1 for a row holding a
+    NaN)."""
     n, shape = len(rows), self.shape_of(len(rows), max(context_lens))
     self.decode_steps += 1
+    if self.call is not None: return self._call_step(shape, rows, tokens, context_lens, argmax)
     if not self.persist: self.inputs = DecodeInputs(self.cache, self.inputs.max_rows, self.model.device)
     self.inputs.write(rows, tokens, context_lens, shape)
     if self.prefix_rule and not rows_are_a_prefix(rows):
@@ -270,6 +298,21 @@ def run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens: 
         self.inputs.write(rows, tokens, context_lens, shape)
     self.replays += 1
     return _owned(self.recorded[shape]()[:n])
+
+@patch
+def _call_step(self: CapturedDecode, shape: DecodeShape, rows: list[int], tokens: list[int], context_lens: list[int],
+               argmax: bool) -> torch.Tensor:
+    """The step as the decode call: it reads any rows from the slot table, so there is no prefix rule to keep and no
+    padding; the eager step is the same call, so a shape not listed, or past the limit, is only counted."""
+    if shape not in self.recorded:
+        if shape in self.shapes and shape not in self.refused:
+            try: self.record(shape)
+            except CaptureLimitError: self.refused.add(shape)
+        if shape not in self.recorded: self.fallbacks['over_limit' if shape in self.refused else 'not_listed'] += 1
+    if shape in self.recorded: self.replays += 1
+    logits = self.recorded.get(shape, self.call.run)(rows, tokens, context_lens, argmax)
+    self.best = self.call.best
+    return logits
 
 # %% ../nbs/54_capture.ipynb #c9ae97f9
 def _stats(x) -> CaptureStats:

@@ -71,8 +71,9 @@ class EngineConfig:
     bucket_decode: bool = _flag(False, 'pad pure-decode steps to (row, width) buckets')
     persist_inputs: bool = _flag(False, 'decode inputs in buffers allocated once')
     capture_decode: bool = _flag(False, 'replay one recorded decode per shape; needs the two above')
-    capture_recorder: str | None = _flag(None, 'compile, compile_static, cuda_graph or host (default: cuda_graph on '
-                                         'CUDA, compile on CPU)')
+    capture_recorder: str | None = _flag(None, 'decode_call, compile, compile_static, cuda_graph or host (default: '
+                                         'cuda_graph on CUDA; on CPU decode_call where the model takes the decode '
+                                         'call, else compile)')
     capture_limit: int = _flag(64, 'recordings at most')
     warm: bool = _flag(True, 'record the capture plan before serving; without it, each planned shape is recorded on '
                        'first use')

@@ -22,6 +22,9 @@ from .capture import CapturedDecode, CaptureError, RECORDERS, make_recorder, che
 from .warm import warm_all
 from .capture_plan import CapturePlan, plan_capture, width_from_limit, snap_or_refuse
 from .runner import fixed_order_refusal
+from .model import CausalLM
+from .decode_call import decode_call_refusal
+from .fast import invariant_refusal
 from .batch import PersistentBatch
 from .quant import quantize_model
 
@@ -68,11 +71,16 @@ def add_engine_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()):
     p.add_argument('--cuda-graphs', action='store_true',
                    help='record the decode step once per shape at boot and replay it: bucket_decode, '
                         'persist_inputs and capture_decode together, with the recorder of the device '
-                        '(cuda_graph on CUDA, compile on CPU)')
+                        '(cuda_graph on CUDA; on CPU the decode call where the model takes it, else compile)')
 
-def recorder_for(config: EngineConfig) -> str:
-    "The recorder a config asks for: its own, or the device's (`cuda_graph` on CUDA, `compile` on CPU)."
-    name = config.capture_recorder or ('cuda_graph' if torch.device(config.device).type == 'cuda' else 'compile')
+def recorder_for(config: EngineConfig, model: CausalLM | None = None, cache: KVCache | None = None) -> str:
+    """The recorder a config asks for: its own, or the device's: `cuda_graph` on CUDA; on the CPU `decode_call` where
+    the model and its cache (given once loaded) take the decode call, else `compile`."""
+    takes_call = (model is not None and config.decode_call and config.decode_kernel
+                  and not (config.batch_invariant and invariant_refusal(model))
+                  and decode_call_refusal(model, cache) is None)
+    cpu = 'decode_call' if takes_call else 'compile'
+    name = config.capture_recorder or ('cuda_graph' if torch.device(config.device).type == 'cuda' else cpu)
     if name not in RECORDERS:
         raise ConfigError(f"unknown capture_recorder {name!r} (--capture-recorder); choose one of {sorted(RECORDERS)}")
     if name == 'cuda_graph' and torch.device(config.device).type != 'cuda':
@@ -159,6 +167,8 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
         cache = make_cache(model, config)
         lap('kv_pool')
         decode_path = None
+        # the CPU's default recorder depends on whether the loaded model takes the decode call
+        recorder = recorder and recorder_for(config, model, cache)
         if config.capture_flags:
             if config.capture_decode:
                 boot.probes['capture'], boot.reserved_bytes = free_bytes(config.device), pool_reserved_bytes(cache)

@@ -4,7 +4,6 @@
 
 # %% ../nbs/18_runner.ipynb #02fb8546
 from __future__ import annotations
-import ctypes
 import torch
 from .core import HOST
 from .model import CausalLM
@@ -14,7 +13,7 @@ from .attention import DECODE_KERNEL_HEAD_SIZES, decode_kernel as decode_kernel_
 from .decode_call import DecodeCall, decode_call_refusal
 from .fast import invariant_refusal
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
-from .sampling import sample, sample_on_device, stop_token_set, argmax_kernel
+from .sampling import sample, sample_on_device, stop_token_set, argmax_address
 from .grammar import constrain
 
 # %% auto #0
@@ -55,11 +54,10 @@ class ModelRunner:
                                 'the batch-invariant mode pads every step' if self.invariant_padding else
                                 "the decode kernel is off" if not decode_kernel else decode_call_refusal(model, cache))
         # the argmax kernel, which the call runs on its logits for greedy steps
-        am = argmax_kernel() if self.decode_call_off is None else None
-        am = am and ctypes.cast(am.argmax_bf16 if model.dtype == torch.bfloat16 else am.argmax_f32,
-                                ctypes.c_void_p).value
+        am = argmax_address(model.dtype) if self.decode_call_off is None else None
         self.decode_call = DecodeCall(model, cache, argmax=am) if self.decode_call_off is None else None
-        # the decode path: an object whose run(rows, tokens, context_lens) serves pure-decode steps
+        # the decode path: an object whose run(rows, tokens, context_lens, argmax) serves pure-decode steps (and, where
+        # its `best` is set, each row's argmax too)
         self.decode_path = None
         self.grammars = None      # the engine's GrammarCompiler, once a request asked for structured output
         # the batch sampler where the logits are on a card (one pass, one read-back); elsewhere the host's
@@ -114,11 +112,13 @@ class ModelRunner:
         has_fast_path = self.decode_path is not None or self.decode_call is not None
         if has_fast_path and all(s.num_tokens == 1 and s.samples for s in sc):
             rows, tokens, ctx = [s.row for s in sc], [s.token_ids[0] for s in sc], [s.context_len for s in sc]
-            if self.decode_path is not None:
-                with torch.inference_mode(): return self._sample(self.decode_path.run(rows, tokens, ctx), sc)
-            # the decode call, given lists rather than tensors, outside inference mode
-            # (a C call has no autograd to turn off); greedy: a row the argmax may serve
+            # greedy: a row the argmax may serve
             greedy = any(s.sampling.params.greedy and s.sampling.matcher is None for s in sc)
+            if self.decode_path is not None:
+                with torch.inference_mode(): logits = self.decode_path.run(rows, tokens, ctx, greedy)
+                return self._sample(logits, sc, getattr(self.decode_path, 'best', None))
+            # the decode call, given lists rather than tensors, outside inference mode
+            # (a C call has no autograd to turn off)
             if (logits := self.decode_call.run(rows, tokens, ctx, greedy)) is not None:
                 return self._sample(logits, sc, self.decode_call.best)
         with torch.inference_mode():

@@ -12,9 +12,9 @@ from .core import RequestError, c_library, kernel_source, named_in_profile, HOST
 
 # %% auto #0
 __all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'ARGMAX_C', 'COLUMNS', 'SamplingParams', 'stop_token_set', 'check_request',
-           'apply_penalties', 'sample_row', 'argmax_kernel', 'rows_argmax', 'nan_rows_argmax', 'top_logprobs',
-           'plain_greedy', 'sample', 'counter_uniform', 'row_columns', 'processed_logits', 'filtered_probs',
-           'sample_on_device']
+           'apply_penalties', 'sample_row', 'argmax_kernel', 'argmax_address', 'rows_argmax', 'nan_rows_argmax',
+           'top_logprobs', 'plain_greedy', 'sample', 'counter_uniform', 'row_columns', 'processed_logits',
+           'filtered_probs', 'sample_on_device']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
@@ -150,6 +150,12 @@ def argmax_kernel():
     "The argmax library, built once per process; None where it cannot be built (then `torch.argmax`)."
     return c_library('argmax', ARGMAX_C, ('-O3', '-march=native', '-fPIC', '-shared', '-std=c11'), (), _declare_argmax,
                      fallback='torch.argmax')
+
+def argmax_address(dtype: torch.dtype) -> int | None:
+    """The address of the argmax kernel's entry for `dtype` (bfloat16 or float32), for a C decode step to call on its
+    logits; None for another dtype or where the kernel cannot be built."""
+    if dtype not in (torch.bfloat16, torch.float32) or (lib := argmax_kernel()) is None: return None
+    return ctypes.cast(lib.argmax_bf16 if dtype == torch.bfloat16 else lib.argmax_f32, ctypes.c_void_p).value
 
 def rows_argmax(logits: torch.Tensor) -> list[int]:
     """`logits.float().argmax(-1).tolist()` for logits [rows, vocab]: through the C kernel for float32 or bfloat16 rows

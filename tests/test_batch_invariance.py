@@ -48,11 +48,13 @@ def test_generate_crowd_and_tight_pool_equal_alone(default_model, prompts_file, 
     tight = generate(default_model, prompts_file, '--max-batch-size', '8', *pool, *mode)
     assert differing(alone, tight) == []
 
-def test_generate_recorded_decode_equals_eager(default_model, prompts_file):
-    "With the capture on (the compile recorder, every decode step replayed), a crowd gives the eager solo run's bits."
+@pytest.mark.parametrize('recorder', ['compile', 'decode_call'])
+def test_generate_recorded_decode_equals_eager(default_model, prompts_file, recorder):
+    """With the capture on (every decode step replayed), a crowd gives the eager solo run's bits: through the compile
+    recorder, and through the decode call, the CPU's default recorder where the model takes it."""
     alone = generate(default_model, prompts_file, '--max-batch-size', '1', '--max-model-len', '256')
     crowd = generate(default_model, prompts_file, '--max-batch-size', '8', '--max-model-len', '256', '--cuda-graphs',
-                     '--warm-rows', '8')
+                     '--warm-rows', '8', '--capture-recorder', recorder)
     assert differing(alone, crowd) == []
 
 def test_the_flag_is_the_default_and_leaving_it_is_seen(default_model, prompts_file):

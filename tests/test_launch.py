@@ -39,14 +39,19 @@ def test_cuda_graphs_server_warms_before_healthy_and_matches_eager(tiny):
         assert completions(url, prompts, max_tokens=24, temperature=0.8, seed=5, n=3) == got
         assert completions(url, [[5, 6, 7, 8]], max_tokens=40, temperature=0) == greedy
 
-def test_compile_recorder_server_matches_eager(peaky):
-    "The CPU default recorder (`compile`, chosen by device): one dynamic trace, recorded per shape on top, warmed before serving."
+@pytest.mark.parametrize('kind,recorder', [('peaky', 'compile'), ('llama_untied_mha', 'decode_call')])
+def test_cpu_default_recorder_server_matches_eager(tiny, peaky, kind, recorder):
+    """The CPU's default recorder, chosen by device and model: the decode call where the model takes it (head size 16
+    here), else `compile` (head size 8: no decode-attention kernel); warmed before serving; eager's tokens."""
+    path = peaky if kind == 'peaky' else tiny(kind)
     prompts = ['hello world', 'the capital of France is', 'abc xyz']
-    with spawn_server(peaky, '--dtype', 'float32', '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu', '--cuda-graphs') as (url, _):
+    flags = ('--dtype', 'float32', '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu')
+    with spawn_server(path, *flags, '--cuda-graphs') as (url, _):
         cg = httpx.get(url + '/health').json()['cuda_graphs']
-        assert (cg['recorder'], cg['warm'], cg['count'], cg['recorded']) == ('compile', True, 4, 4)
+        assert (cg['recorder'], cg['warm'], cg['count'], cg['recorded']) == (recorder, True, 4, 4)
         got = completions(url, prompts, max_tokens=20, temperature=0, n=2)
-    with spawn_server(peaky, '--dtype', 'float32', '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu') as (url, _):
+        assert httpx.get(url + '/health').json()['cuda_graphs']['runtime']['replays'] > 0
+    with spawn_server(path, *flags) as (url, _):
         assert completions(url, prompts, max_tokens=20, temperature=0, n=2) == got
 
 @contextlib.contextmanager
