@@ -21,12 +21,14 @@ Writes OUT/plan.json, OUT/<server>[.roundK].{csv,png,runs.jsonl}, OUT/side_by_si
 takes minutes to start and lives in its own venv (bench/peers/install_vllm.sh).
 
 With --goodput ttft:1000,tpot:100 (vLLM's --goodput objectives, in ms), the goodput sweep instead: every server booted
-once, as with --interleave, runs a --goodput-requests plan (64) as a crowd to warm up (so every sweep run meets the
-same prefix cache), then open loop at rates from --goodput-start, doubled while at least --goodput-share (0.9) of the
-requests meet every objective (failed requests count against it), up to --goodput-max-rate, then --goodput-bisect
-midpoints between the highest pass and the first failure. The servers take their steps in turn, the order flipped
-each step, the others quiet first. Reports each server's highest passing rate and their ratio; writes
-OUT/goodput.{csv,txt}, OUT/goodput.plan.json and OUT/<server>.goodput.runs.jsonl.
+once, as with --interleave, runs a --goodput-requests plan (64) as a crowd to warm up, then open loop at rates from
+--goodput-start, doubled while at least --goodput-share (0.9) of the requests meet every objective (failed requests
+count against it), up to --goodput-max-rate, then --goodput-bisect midpoints between the highest pass and the first
+failure. Each rate runs a plan of its own (seeded by the rate: the same prompts for every server at that rate, and
+none the warm-up or another rate sent), so no prompt meets a prefix cache, as in vLLM's own benchmark, which sends
+fresh random prompts. The servers take their steps in turn, the order flipped each step, the others quiet first.
+Reports each server's highest passing rate and their ratio; writes OUT/goodput.{csv,txt}, OUT/goodput.plan.json (the
+warm-up's), OUT/goodput.plan.RATE.json and OUT/<server>.goodput.runs.jsonl.
 
     python bench/peers/side_by_side.py --goodput ttft:1000,tpot:100 --goodput-requests 64 --goodput-share 0.9
 """
@@ -107,7 +109,7 @@ def run_interleaved(args, table_, names, name, plans, rates, out):
 def log(m: str):
     print(m, file=sys.stderr, flush=True)
 
-def sweep_goodput(args, table_, names, name, plan, slo):
+def sweep_goodput(args, table_, names, name, plan, plan_at, slo):
     """Every server booted once and warmed by a crowd of `plan`; then each server's `RateSweep` a step at a time, the
     servers in turn (the order flipped each step, the others quiet first). Returns (sweeps, runs, boots, idle lines)."""
     sweeps = {n: RateSweep(args.goodput_start, args.goodput_max_rate, args.goodput_bisect, args.goodput_share)
@@ -125,7 +127,7 @@ def sweep_goodput(args, table_, names, name, plan, slo):
                 others = [n for n in names if n != server]
                 waited = settle([ports[n] for n in others])
                 before = {n: session_cpu(ports[n]) for n in others}
-                run = bench_serve(urls[server], name, plan, [rate], crowd=False, label=server, seed=args.seed,
+                run = bench_serve(urls[server], name, plan_at(rate), [rate], crowd=False, label=server, seed=args.seed,
                                   log=log)[0]
                 g = Goodput.of(run.records, run.duration, slo)
                 sweeps[server].shares[rate] = g.share
@@ -183,8 +185,16 @@ def goodput_main(args, table_, names, name, path, out):
     plan = make_plan(args.goodput_requests, parse_lengths(args.input_len), parse_lengths(args.output_len),
                      seed=args.seed, tokenizer=Tokenizer.from_dir(path))
     plan.save(out/'goodput.plan.json')
+    plans = {}
+    def plan_at(rate: float):
+        "The plan of a rate: the warm-up's lengths, prompts of a seed of its own (saved beside the warm-up's)."
+        if rate not in plans:
+            plans[rate] = make_plan(args.goodput_requests, parse_lengths(args.input_len), parse_lengths(args.output_len),
+                                    seed=args.seed + 1 + round(1000 * rate), tokenizer=Tokenizer.from_dir(path))
+            plans[rate].save(out/f'goodput.plan.{rate:g}.json')
+        return plans[rate]
     t0 = time.monotonic()
-    sweeps, runs, boots, idle = sweep_goodput(args, table_, names, name, plan, slo)
+    sweeps, runs, boots, idle = sweep_goodput(args, table_, names, name, plan, plan_at, slo)
     mach = machine()
     extra = {'slo': args.goodput, 'min_share': args.goodput_share, 'machine': mach, 'server_cpus': args.server_cpus,
              'client_cpus': args.client_cpus, 'dtype': args.dtype, 'max_batch_size': args.max_batch_size}
@@ -203,7 +213,8 @@ def goodput_main(args, table_, names, name, path, out):
              f"of the {len(plan)} requests meet every objective (failed requests count against it)",
              f"sweep: from {args.goodput_start:g}/s, doubled while it passes up to {args.goodput_max_rate:g}/s, then "
              f"{args.goodput_bisect} midpoints; both servers up, a step of each in turn (the order flipped each step), "
-             f"after a warm-up crowd of the plan on each; {time.monotonic() - t0:.0f} s in all",
+             f"after a warm-up crowd of the plan on each; each rate on fresh prompts of its own "
+             f"(goodput.plan.RATE.json); {time.monotonic() - t0:.0f} s in all",
              'boot to healthy: ' + ', '.join(f"{n} {s:.0f} s" for n, s in boots.items()), '']
     lines += [sweep_text(n, sweeps[n], runs[n], slo) for n in names]
     if len(names) == 2: lines.append(ratio_text(names, sweeps))
