@@ -265,7 +265,6 @@ class CapturedDecode:
 # %% ../nbs/54_capture.ipynb #04fae83f
 def _owned(logits: torch.Tensor) -> torch.Tensor: return logits if logits.device.type == 'cpu' else logits.clone()
 
-@torch.inference_mode()
 @patch
 def run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens: list[int],
         argmax: bool = False) -> torch.Tensor:
@@ -273,9 +272,17 @@ def run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens: 
     model's device and the caller's own: on a card a copy (the next replay overwrites a recording's output), on the CPU
     the tensor itself. With `argmax`, the decode call also sets `best`, each row's argmax (-1 for a row holding a
     NaN)."""
-    n, shape = len(rows), self.shape_of(len(rows), max(context_lens))
+    shape = self.shape_of(len(rows), max(context_lens))
     self.decode_steps += 1
+    # the C call has no autograd to turn off: it runs outside inference mode, as the eager step's call does
     if self.call is not None: return self._call_step(shape, rows, tokens, context_lens, argmax)
+    return self._replay(shape, rows, tokens, context_lens)
+
+@torch.inference_mode()
+@patch
+def _replay(self: CapturedDecode, shape: DecodeShape, rows: list[int], tokens: list[int],
+            context_lens: list[int]) -> torch.Tensor:
+    n = len(rows)
     if not self.persist: self.inputs = DecodeInputs(self.cache, self.inputs.max_rows, self.model.device)
     self.inputs.write(rows, tokens, context_lens, shape)
     if self.prefix_rule and not rows_are_a_prefix(rows):

@@ -169,6 +169,9 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
         decode_path = None
         # the CPU's default recorder depends on whether the loaded model takes the decode call
         recorder = recorder and recorder_for(config, model, cache)
+        if recorder == 'decode_call' and config.persistent_batch is None:
+            # the call reads any rows: nothing for the persistent batch to keep
+            config = replace(config, persistent_batch=False)
         if config.capture_flags:
             if config.capture_decode:
                 boot.probes['capture'], boot.reserved_bytes = free_bytes(config.device), pool_reserved_bytes(cache)

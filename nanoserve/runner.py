@@ -114,8 +114,8 @@ class ModelRunner:
             rows, tokens, ctx = [s.row for s in sc], [s.token_ids[0] for s in sc], [s.context_len for s in sc]
             # greedy: a row the argmax may serve
             greedy = any(s.sampling.params.greedy and s.sampling.matcher is None for s in sc)
-            if self.decode_path is not None:
-                with torch.inference_mode(): logits = self.decode_path.run(rows, tokens, ctx, greedy)
+            if self.decode_path is not None:                # it enters inference mode where it runs torch
+                logits = self.decode_path.run(rows, tokens, ctx, greedy)
                 return self._sample(logits, sc, getattr(self.decode_path, 'best', None))
             # the decode call, given lists rather than tensors, outside inference mode
             # (a C call has no autograd to turn off)
