@@ -26,9 +26,9 @@ from .parallel import load_sharded, make_runner, ranks_released_on_error, quanti
 from .grammar import GrammarCompiler
 
 # %% auto #0
-__all__ = ['QUANTIZATIONS', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'EngineConfig', 'RequestOutput',
-           'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts', 'int4_checkpoint_group',
-           'with_checkpoint_quantization', 'make_cache', 'Engine', 'EngineSnapshot']
+__all__ = ['QUANTIZATIONS', 'PREFILL_BUDGET', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'EngineConfig',
+           'RequestOutput', 'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts',
+           'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'Engine', 'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
@@ -38,6 +38,8 @@ def _flag(default, help: str, hidden: bool = False):
 
 # the weight modes the quantizer builds; named here so the config can refuse others before anything loads
 QUANTIZATIONS = ('none', 'int8', 'int4')
+# the whole step's token budget by device, unless --max-num-batched-tokens says otherwise
+PREFILL_BUDGET = {'cpu': 1024, 'cuda': 4096}
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -46,7 +48,9 @@ class EngineConfig:
                        'amx_bf16, else float32')
     device: str | None = _flag(None, 'cpu or cuda (default: cuda when available, else cpu)')
     max_batch_size: int = _flag(32, 'cache rows: requests running at once')
-    max_num_batched_tokens: int = _flag(4096, 'token budget per step (TGI\'s prefill budget)')
+    max_num_batched_tokens: int | None = _flag(None, 'token budget per step (default: 1024 on CPU, so that a crowd\'s '
+                                               'prompts reach their first tokens a chunk at a time; 4096 on CUDA, '
+                                               'TGI\'s prefill budget)')
     max_mixed_batched_tokens: int = _flag(256, 'token budget of a step that requests already decoding share: it '
                                           'bounds the gap between their tokens; at most max_num_batched_tokens')
     waiting_served_ratio: float | None = _flag(1.2, 'give a step the whole token budget when the requests waiting for '
@@ -82,7 +86,8 @@ class EngineConfig:
     capture_prefix_rule: bool = _flag(True, "replay only steps whose rows are a prefix; off only to show what it "
                                       "guards (in tests)", hidden=True)
     persistent_batch: bool | None = _flag(None, 'keep running requests in cache rows 0..n-1, in order (default: on '
-                                          'with capture_decode)')
+                                          'with capture_decode, unless the recorder is the decode call, which reads '
+                                          'any rows)')
     fuse_projections: bool = _flag(True, 'one product for q/k/v and one for gate/up')
     gemv: bool = _flag(True, "one-row products on the CPU through nanoserve's compiled GEMV")
     pack_weights: bool = _flag(True, "linear weights reordered once for oneDNN (CPU, float32 and bfloat16; a second "
@@ -126,6 +131,8 @@ class EngineConfig:
         if dev.type == 'cuda' and not torch.cuda.is_available():
             raise ConfigError(f"device={self.device!r}, but this torch sees no CUDA device "
                               "(torch.cuda.is_available() is False): use --device cpu")
+        if self.max_num_batched_tokens is None:
+            object.__setattr__(self, 'max_num_batched_tokens', PREFILL_BUDGET[dev.type])
         for name in ('max_batch_size', 'max_num_batched_tokens', 'max_mixed_batched_tokens', 'block_size',
                      'capture_limit', 'tensor_parallel_size'):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
