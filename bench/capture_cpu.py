@@ -1,17 +1,20 @@
 #!/usr/bin/env python
-"""Whether the capture pays on the CPU: decode speed at every row bucket, eager against `--cuda-graphs`, side by side.
+"""Decode speed at every row bucket, engines side by side: eager against `--cuda-graphs` (does the capture pay on the
+CPU?), or bfloat16 against its quantized modes.
 
     python bench/capture_cpu.py                        # bfloat16 and float32, rows 1..32, eager vs the default recorder
     python bench/capture_cpu.py --arms eager,recorded,compile --rounds 3
+    python bench/capture_cpu.py --dtypes bfloat16 --arms eager,int8,int4 --rows 1,32 --name quant_speed
 
 Each arm is an engine built as `nanoserve generate` builds it (`build_engine`, the default model, max batch 32,
 max_model_len 256): `eager` without the capture, `recorded` with the three capture flags and the CPU's default recorder
-(the decode call where the model takes it), `compile` with the compile recorder named. All arms of a dtype are built
+(the decode call where the model takes it), `compile` with the compile recorder named, `int8` and `int4` eager with
+the decoder layers quantized at load. All arms of a dtype are built
 once, in this one process, and, after a first run each, each row bucket R is measured on every arm in turn, round after round, the arms' order
 flipped each round, so the machine's drift falls on all alike. A measurement: R random-token prompts of 32 tokens,
 64 greedy tokens each (ignore_eos), submitted together; the median step time over the run is a pure-decode step at R
-rows (63 of its 64 steps are), and decode tok/s is R over it. Writes OUT/capture_cpu.csv and OUT/capture_cpu.txt with
-the machine and the command.
+rows (63 of its 64 steps are), and decode tok/s is R over it. Writes OUT/NAME.csv and OUT/NAME.txt (NAME: --name,
+default capture_cpu) with the machine and the command.
 """
 import argparse, statistics, sys
 from pathlib import Path
@@ -20,7 +23,8 @@ from nanoserve.launch import build_engine
 from nanoserve.offline_bench import make_workload, run_nanoserve, write_csv, machine
 
 CAPTURE = dict(bucket_decode=True, persist_inputs=True, capture_decode=True)
-ARMS = {'eager': {}, 'recorded': CAPTURE, 'compile': {**CAPTURE, 'capture_recorder': 'compile'}}
+ARMS = {'eager': {}, 'recorded': CAPTURE, 'compile': {**CAPTURE, 'capture_recorder': 'compile'},
+        'int8': {'quantization': 'int8'}, 'int4': {'quantization': 'int4'}}
 
 
 def main():
@@ -32,6 +36,7 @@ def main():
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--output-len', type=int, default=64)
     p.add_argument('--out', default='bench/results/capture_cpu')
+    p.add_argument('--name', default='capture_cpu', help='stem of the output files')
     args = p.parse_args()
     path = resolve_model(args.model, log=lambda m: print(m, file=sys.stderr))
     out = Path(args.out)
@@ -59,12 +64,12 @@ def main():
                 f"{a} {statistics.median(x['decode_tok_s'] for x in results if (x['dtype'], x['rows'], x['arm']) == (dtype, R, a)):.1f}"
                 for a in arms) + ' decode tok/s', file=sys.stderr, flush=True)
         del engines
-    write_csv(results, out/'capture_cpu.csv')
+    write_csv(results, out/f'{args.name}.csv')
     lines = [f"machine: {machine()}", f"command: python bench/capture_cpu.py {' '.join(sys.argv[1:])}".rstrip(),
              f"{args.rounds} rounds, arms alternated (order flipped each round); decode tok/s = rows / median step "
              "time; medians of the rounds", '']
     head = f"{'dtype':9} {'rows':>4} " + ' '.join(f"{a:>10}" for a in arms) + ''.join(
-        f" {a + '/eager':>16}" for a in arms if a != 'eager')
+        f" {a + '/eager':>16}" for a in arms if a != 'eager' and 'eager' in arms)
     lines.append(head)
     for dtype in args.dtypes.split(','):
         for R in rows_list:
@@ -73,7 +78,7 @@ def main():
             ratios = ''.join(f" {med[a] / med['eager']:>15.2f}x" for a in arms if a != 'eager' and 'eager' in med)
             lines.append(f"{dtype:9} {R:>4} " + ' '.join(f"{med[a]:>10.1f}" for a in arms) + ratios)
     text = '\n'.join(lines)
-    (out/'capture_cpu.txt').write_text(text + '\n')
+    (out/f'{args.name}.txt').write_text(text + '\n')
     print(text)
 
 

@@ -24,7 +24,7 @@ DECODE_CALL_FLAGS = ('-O3', '-march=native', '-fPIC', '-shared', '-std=c11')
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 class _Kernels(ctypes.Structure): _fields_ = [('es', _I)] + [(n, _P)
-        for n in ('linear', 'linear_void', 'norm', 'rope', 'silu_mul', 'attend')]
+        for n in ('linear', 'linear_void', 'norm', 'rope', 'silu_mul', 'attend', 'qlinear')]
 class _Layer(ctypes.Structure):
     _fields_ = [(n, _P) for n in ('input_norm', 'qkv', 'qkv_bias', 'o', 'o_bias', 'post_norm', 'gate_up',
                                   'gate_up_bias',
@@ -57,6 +57,14 @@ def _own(p, dtype) -> bool:
     AVX512-BF16's dot products) for bfloat16, the float32 kernel's for float32."""
     return type(p) is FastLinear and p.weight.dtype == dtype and getattr(p, DECODE_CALL_DTYPES[dtype]) is not None
 
+def _int8(p) -> bool:
+    "p is a quantized layer holding its int8 weight in the int8 product's layout (`q8`, made by `q8_pack`)."
+    return isinstance(getattr(p, 'q8', None), torch.Tensor)
+
+def _layer_products(model: CausalLM) -> list:
+    return [p for l in model.model.layers for p in (l.self_attn.qkv_proj, l.self_attn.o_proj, l.mlp.gate_up_proj,
+                                                     l.mlp.down_proj)]
+
 def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
     "Why a pure-decode step of `model` over `cache` cannot be one `DecodeCall` (None: it can)."
     cfg, fast, dt = model.config, getattr(model, 'fast', None) or {}, model.dtype
@@ -76,8 +84,12 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
         a, m = layer.self_attn, layer.mlp
         if type(a) is not FusedAttention or type(m) is not FusedMLP or not m.small_ops:
             return "a layer is not the fast layers' fused attention and MLP with small operators"
-        if not all(_own(p, dt) for p in (a.qkv_proj, a.o_proj, m.gate_up_proj, m.down_proj)):
-            return f'a projection is not {kernel} (quantized, sharded, or --no-amx-linear)'
+    # the decoder layers' products: all the model's own kernel's, or (bfloat16) all int8 in the int8 product's layout
+    products = _layer_products(model)
+    if not (all(_own(p, dt) for p in products) or dt == torch.bfloat16 and all(_int8(p) for p in products)):
+        return (f'a projection is neither {kernel} nor, in a bfloat16 model, the int8 product (int4, sharded, or '
+                '--no-amx-linear)')
+    for layer in model.model.layers:
         if not all(type(n) is FastRMSNorm and n.eps == model.model.norm.eps
                    for n in (layer.input_layernorm, layer.post_attention_layernorm)):
             return "a layer's norms are not the small operators' kernel with the model's epsilon"
@@ -110,10 +122,14 @@ class DecodeCall:
         self.max_rows, kind = (AMX_MAX_ROWS, 'bf16') if bf else (F32_MAX_ROWS, 'f32')
         copy = DECODE_CALL_DTYPES[model.dtype]            # the packed copy each product gives the loop
         product = fn(amx_kernel(invariant), 'amx_linear') if bf else None
+        # int8 decoder layers: their products through the same library's int8 product, over their `q8` copies
+        self.int8 = _int8(model.model.layers[0].self_attn.qkv_proj)
         self._kernels = _Kernels(2 if bf else 4, product, None if bf else fn(f32_kernel(), F32_ENTRIES[f32_isa()]),
                                  fn(ew, f'rms_norm_{kind}'), fn(ew, f'rope_{kind}'), fn(ew, f'silu_mul_{kind}'),
-                                 fn(decode_kernel(), f'decode_attention_{kind}'))
-        packed = lambda p: _ptr(getattr(p, copy))            # a product's copy in its kernel's layout
+                                 fn(decode_kernel(), f'decode_attention_{kind}'),
+                                 fn(amx_kernel(invariant), 'q8_linear') if self.int8 else None)
+        # a product's copy in its kernel's layout
+        packed = lambda p: _ptr(p.q8 if _int8(p) else getattr(p, copy))
         self._layers = (_Layer * cfg.num_hidden_layers)()
         for i, l in enumerate(model.model.layers):
             a, m = l.self_attn, l.mlp

@@ -17,8 +17,9 @@ from .arena import arena_views
 
 # %% auto #0
 __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_reference', 'one_row_product', 'packed_linear',
-           'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_pack', 'amx_product', 'FusedAttention',
-           'FusedMLP', 'speed_up', 'invariant_refusal', 'kernel_copies_into_arena', 'release_original']
+           'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_pack', 'amx_product', 'q8_pack', 'q8_product',
+           'FusedAttention', 'FusedMLP', 'speed_up', 'invariant_refusal', 'kernel_copies_into_arena',
+           'release_original']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -139,6 +140,9 @@ def _declare_amx(lib):
     lib.amx_pack.restype, lib.amx_pack.argtypes = None, [P, P, I, I]
     lib.amx_linear.restype, lib.amx_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int]
     lib.amx_dot_rows.restype, lib.amx_dot_rows.argtypes = ctypes.c_int, []
+    lib.q8_packed_size.restype, lib.q8_packed_size.argtypes = I, [I, I]
+    lib.q8_pack.restype, lib.q8_pack.argtypes = None, [P, P, P, I, I]
+    lib.q8_linear.restype, lib.q8_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int]
     if lib.amx_enable() != 0:
         raise OSError("Linux did not grant this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
 
@@ -192,6 +196,28 @@ def amx_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
                                                 out.data_ptr(), x.shape[0], out_features, x.shape[1],
                                                 torch.get_num_threads())
     if failed: raise MemoryError("the bfloat16 product kernel could not allocate its padded input")
+    return out
+
+def q8_pack(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
+    """An int8 weight q [out, in] and its float32 scales [out] (w ~ q * scale) in the int8 products' layout of
+    `amx_kernel()`'s build: the scales, then `amx_pack`'s blocks at a byte an element (uint8); None where it does not
+    apply (no kernel, or `in` not a multiple of 32)."""
+    ok = q.device.type == 'cpu' and q.dtype == torch.int8 and q.dim() == 2 and q.shape[1] % 32 == 0
+    if not ok or (lib := amx_kernel()) is None: return None
+    packed = torch.empty(lib.q8_packed_size(*q.shape), dtype=torch.uint8)
+    lib.q8_pack(q.contiguous().data_ptr(), scale.float().contiguous().data_ptr(), packed.data_ptr(), *q.shape)
+    return packed
+
+def q8_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    """x [rows, in] @ (q * scale).T + bias in bfloat16 from `q8_pack`'s layout: x rounded to bfloat16, float32 sums over
+    the int8 weights, one rounding; a row's bits do not depend on the number of rows."""
+    x = x.to(torch.bfloat16).contiguous()
+    out = torch.empty(x.shape[0], out_features, dtype=torch.bfloat16, device=x.device)
+    b = None if bias is None else bias.to(torch.bfloat16).contiguous()
+    with named_in_profile('nanoserve::q8_linear'):
+        failed = _amx_lib().q8_linear(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),
+                                      out.data_ptr(), x.shape[0], out_features, x.shape[1], torch.get_num_threads())
+    if failed: raise MemoryError("the int8 product kernel could not allocate its panels or scratch")
     return out
 
 # %% ../nbs/06_fast.ipynb #2672f6f2

@@ -2,14 +2,16 @@
 
    Computes  y = x @ w.T (+ b) in bfloat16 (float32 sums, rounded to nearest even) for up to AMX_MAX_ROWS rows.
    Entry     amx_enable (asks Linux for the tile state), amx_packed_size and amx_pack (the build's packed layout),
-             amx_linear (the product), amx_dot_rows (the most rows the dot products take).
+             amx_linear (the product), amx_dot_rows (the most rows the dot products take); q8_packed_size, q8_pack
+             and q8_linear, the same products over int8 weights with a scale a column (below).
    Build     AMX_LINEAR_FLAGS in nanoserve/fast.py: -O3 -fopenmp -fPIC -shared -std=c11 (amx_kernel), as
              'amx_linear' (tiles, dot products for one row), 'amx_linear_tiles' (-DDOT_ROWS=0: the tiles at every row
              count, the batch-invariant build) or 'bf16_dot_linear' (-DNO_TILES: a CPU with AVX512-BF16 and no AMX).
              AHEAD, DOT_ROWS and DOT_AHEAD_ONE_ROW may be set with -D to measure other prefetch distances and splits.
    Checked   nbs/06_fast.ipynb, "AMX products" and "Checks against the reference": each build against F.linear and
              float64, and its rows' bits across row and thread counts;
-             tests/test_fast.py::test_amx_products_greedy_text_equals_onednn. */
+             tests/test_fast.py::test_amx_products_greedy_text_equals_onednn; the int8 products in 06_fast's
+             "int8 products" cell, nbs/55_quant.ipynb and tests/test_quant.py. */
 
 /* bfloat16 products y = x @ w.T (+ b) on Intel's AMX tiles, over weights packed once.  Compiled for AMX whatever the
    machine (target attributes); called only where the CPU has it and Linux has granted this process the tile state
@@ -93,13 +95,15 @@ void amx_pack(const uint16_t *w, uint16_t *p, int64_t N, int64_t K) {
 
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tilecfg;
 
-/* float32 results c [rows][64] -> bfloat16 out (+ bias), the first ncols columns, rounded to nearest even */
+/* float32 results c [rows][64] -> bfloat16 out (times scale, + bias), the first ncols columns, rounded to nearest
+   even; scale (an int8 weight's, one a column) or null */
 TGT static void store_rows(uint16_t *out, int64_t ldo, const float *c, int64_t rows, int64_t ncols,
-                           const uint16_t *bias) {
+                           const uint16_t *bias, const float *scale) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < ncols; j += 16) {
             __mmask16 m = ncols - j >= 16 ? 0xffff : (__mmask16)((1u << (ncols - j)) - 1);
             __m512 v = _mm512_loadu_ps(c + r * NB + j);
+            if (scale) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, scale + j));
             if (bias) {
                 __m512i bw = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, bias + j));
                 v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(bw, 16)));
@@ -118,8 +122,8 @@ int amx_dot_rows(void) { return DOT_ROWS; }
    products one after the other), so a row's bits do not depend on the other rows, the passes or the threads; they
    are not the tiles' bits, which round inside a tile in their own way. */
 TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt, int64_t ldx, int64_t K,
-        const uint16_t *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const int mr,
-        const int nv) {
+        const uint16_t *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const float *scale,
+        const int mr, const int nv) {
     __m512 acc[PASS_ROWS][NV];
     float c[PASS_ROWS * NB] __attribute__((aligned(64)));
     for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) acc[r][j] = _mm512_setzero_ps();
@@ -137,15 +141,15 @@ TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt
         }
     }
     for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) _mm512_store_ps(c + r * NB + 16 * j, acc[r][j]);
-    store_rows(out, ldo, c, mr, ncols, bias);
+    store_rows(out, ldo, c, mr, ncols, bias, scale);
 }
 /* a pass of n rows (its panel starts m * K/2 words in): a whole block with nv known to the compiler, the last one
    (fewer columns) with nv as it comes */
 #define DOT(n) case n: \
     if (nb == NB) dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), \
-                           bias ? bias + n0 : 0, n, NV); \
-    else dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, n, \
-                  (int)(nb / 16)); break;
+                           bias ? bias + n0 : 0, 0, n, NV); \
+    else dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, 0, \
+                  n, (int)(nb / 16)); break;
 
 /* A product of one row reads each weight once whatever it does with it, and the dot products keep more of the
    memory's rate than the tiles (which load a 16-row tile of x that is all zeros but one row, and 16 weight rows 256
@@ -236,7 +240,7 @@ TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, u
                 if (nb > 16) _tile_stored(1, c + 16, NB * 4);
                 if (nb > 32) _tile_stored(2, c + 32, NB * 4);
                 if (nb > 48) _tile_stored(3, c + 48, NB * 4);
-                store_rows(out + n0, N, c, M, min64(nb, N - n0), bias ? bias + n0 : 0);
+                store_rows(out + n0, N, c, M, min64(nb, N - n0), bias ? bias + n0 : 0, 0);
                 continue;
             }
             for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
@@ -261,7 +265,8 @@ TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, u
                     _tile_stored(0, c + j, NB * 4); _tile_stored(2, c + 16 * NB + j, NB * 4);
                     if (two) { _tile_stored(1, c + j + 16, NB * 4); _tile_stored(3, c + 16 * NB + j + 16, NB * 4); }
                 }
-                store_rows(out + m0 * N + n0, N, c, min64(32, M - m0), min64(nb, N - n0), bias ? bias + n0 : 0);
+                store_rows(out + m0 * N + n0, N, c, min64(32, M - m0), min64(nb, N - n0), bias ? bias + n0 : 0,
+                           0);
             }
         }
         _tile_release();
@@ -269,4 +274,133 @@ TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, u
     if (xp != x) free(xp);
 #endif
     return 0;
+}
+
+/* Int8 weights.  The same products over weights quantized to int8 with one float32 scale an output column
+   (w ~ q * scale, as nanoserve.quant.quantize_int8 makes them), through the dot products only (either build).
+   q8_pack writes the columns' scales (Np floats) and then the bfloat16 layout's blocks at one byte an element, so a
+   product reads its weights from memory at half the bfloat16 layout's bytes.  A pass converts each pair of inputs'
+   weights to bfloat16 as it reads them (exactly: every int8 is a bfloat16), sums x * q in float32 with vdpbf16ps in
+   the bfloat16 passes' order, and multiplies by the column's scale once, at the store.  Past PASS_ROWS rows each
+   block is converted once into a bfloat16 scratch block, which the bfloat16 passes then read: the same sums, so a
+   row's bits depend neither on the other rows nor on the threads (the batch-invariant mode holds).  The conversion
+   (five instructions for 32 weights) hides behind the memory at a few rows; past them it is paid on top of the
+   bfloat16 product's arithmetic. */
+int64_t q8_packed_size(int64_t N, int64_t K) { int64_t Np = (N + 15) / 16 * 16; return 4 * Np + Np * K; }
+
+void q8_pack(const int8_t *q, const float *scale, uint8_t *p, int64_t N, int64_t K) {
+    int64_t Np = (N + 15) / 16 * 16;
+    float *s = (float *)p;
+    int8_t *b = (int8_t *)(p + 4 * Np);
+    for (int64_t n = 0; n < Np; n++) s[n] = n < N ? scale[n] : 0.0f;
+    #pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < (Np + NB - 1) / NB; blk++) {
+        int64_t n0 = blk * NB, nb = min64(NB, Np - n0);
+        for (int64_t k = 0; k < K / 2; k++)
+            for (int64_t j = 0; j < nb; j++)
+                for (int64_t d = 0; d < 2; d++)
+                    b[n0 * K + (k * nb + j) * 2 + d] = n0 + j < N ? q[(n0 + j) * K + 2 * k + d] : 0;
+    }
+}
+
+/* 32 int8 -> 32 bfloat16, in order, exactly */
+TGT static inline __m512bh q8_bf16(const int8_t *q) {
+    __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+    __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))));
+    return _mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* dot_pass over an int8 block, its weights converted as they are read */
+TGT static inline __attribute__((always_inline)) void q8_pass(const int32_t *xt, int64_t ldx, int64_t K,
+        const int8_t *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const float *scale,
+        const int mr, const int nv) {
+    __m512 acc[PASS_ROWS][NV];
+    float c[PASS_ROWS * NB] __attribute__((aligned(64)));
+    for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K / 2; k++) {
+        const int8_t *w = blk + k * nv * 32;
+        const int32_t *a = xt + k * ldx;
+        if (nv == NV && mr > 1)
+            for (int l = 0; l < NB * 2; l += 64) _mm_prefetch((const char *)w + DOT_AHEAD / 2 + l, _MM_HINT_T0);
+        __m512bh wv[NV];
+        for (int j = 0; j < nv; j++) wv[j] = q8_bf16(w + 32 * j);
+        for (int r = 0; r < mr; r++) {
+            __m512bh b = (__m512bh)_mm512_set1_epi32(a[r]);
+            for (int j = 0; j < nv; j++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], b, wv[j]);
+        }
+    }
+    for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) _mm512_store_ps(c + r * NB + 16 * j, acc[r][j]);
+    store_rows(out, ldo, c, mr, ncols, bias, scale);
+}
+/* a pass of n rows over an int8 block: converted as read (one pass takes every row), else from the scratch block */
+#define Q8(n) case n: \
+    if (scratch && nb == NB) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
+                                      bias ? bias + n0 : 0, scale + n0, n, NV); \
+    else if (scratch) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
+                               bias ? bias + n0 : 0, scale + n0, n, (int)(nb / 16)); \
+    else if (nb == NB) q8_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), \
+                               bias ? bias + n0 : 0, scale + n0, n, NV); \
+    else q8_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, scale + n0, \
+                 n, (int)(nb / 16)); break;
+
+/* each thread's scratch block, grown to the widest asked for and kept; null when out of memory */
+static uint16_t *q8_scratch(int64_t n) {
+    static __thread uint16_t *buf;
+    static __thread int64_t cap;
+    if (n > cap) {
+        free(buf);
+        cap = (n + 4095) / 4096 * 4096;
+        if (!(buf = aligned_alloc(64, cap * 2))) cap = 0;
+    }
+    return buf;
+}
+
+/* y = x @ (q * scale).T (+ b) in bfloat16 over q8_pack's layout, any number of rows; x's panels, chunks and the split
+   of blocks across threads as dot_linear has them.  1 when out of memory, 2 when K is not a multiple of 32. */
+TGT int q8_linear(const uint16_t *x, const void *packed, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N,
+                  int64_t K, int nthreads) {
+    if (K % 32) return 2;
+    int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, K2 = K / 2;
+    const float *scale = (const float *)packed;
+    const int8_t *p = (const int8_t *)((const char *)packed + 4 * Np);
+    const int32_t *xd = (const int32_t *)x;
+    int32_t *xt = (int32_t *)xd;
+    int64_t ld = M > 1 ? PASS_ROWS : 1, panels = (M + PASS_ROWS - 1) / PASS_ROWS;
+    if (M > 1 && !(xt = malloc(panels * PASS_ROWS * K2 * 4))) return 1;
+    int64_t mc = (1 << 19) / (K * 2) / PASS_ROWS * PASS_ROWS;
+    if (mc < PASS_ROWS) mc = PASS_ROWS;
+    int failed = 0;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        if (M > 1) {
+            for (int64_t q = panels * t / nt; q < panels * (t + 1) / nt; q++)
+                for (int64_t m = q * PASS_ROWS; m < min64(M, (q + 1) * PASS_ROWS); m++)
+                    for (int64_t k = 0; k < K2; k++)
+                        xt[q * PASS_ROWS * K2 + k * PASS_ROWS + m % PASS_ROWS] = xd[m * K2 + k];
+            _Pragma("omp barrier")
+        }
+        uint16_t *scratch = M > PASS_ROWS ? q8_scratch(K * NB) : 0;
+        if (M > PASS_ROWS && !scratch) {
+            _Pragma("omp atomic write")
+            failed = 1;
+        }
+        else
+            for (int64_t c0 = 0; c0 < M; c0 += mc)
+                for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
+                    int64_t n0 = b * NB, nb = min64(NB, Np - n0);
+                    const int8_t *blk = p + n0 * K;
+                    if (scratch)
+                        for (int64_t i = 0; i < K * nb; i += 32)
+                            _mm512_store_si512(scratch + i, (__m512i)q8_bf16(blk + i));
+                    for (int64_t m = c0; m < min64(M, c0 + mc); m += PASS_ROWS)
+                        switch (min64(PASS_ROWS, M - m)) { Q8(1) Q8(2) Q8(3) Q8(4)
+#if PASS_ROWS > 4
+                            Q8(5) Q8(6) Q8(7) Q8(8) Q8(9) Q8(10) Q8(11) Q8(12)
+#endif
+                        }
+                }
+    }
+    if (xt != xd) free(xt);
+    return failed;
 }

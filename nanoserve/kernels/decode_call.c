@@ -39,6 +39,9 @@ typedef struct {
     linear_fn linear;
     linear_void_fn linear_void;      /* ... or float32's, which cannot fail: exactly one of the two is set */
     norm_fn norm; rope_fn rope; silu_mul_fn silu_mul; attend_fn attend;
+    /* the int8 product over the decoder layers' int8 weights (bfloat16 only), or null: the layers' products are then
+       `linear`'s, as the LM head's always are */
+    linear_fn qlinear;
 } kernels;
 /* one decoder layer: its norms' weights, its packed products and their biases (or null), its K/V pools */
 typedef struct {
@@ -73,6 +76,12 @@ static int product(const kernels *kn, const void *x, const void *w, const void *
     kn->linear_void(x, w, bias, out, M, N, K, nthreads);
     return 0;
 }
+/* a decoder layer's product: the int8 kernel's where the layers are int8 */
+static int layer_product(const kernels *kn, const void *x, const void *w, const void *bias, void *out, int64_t M,
+                         int64_t N, int64_t K, int nthreads) {
+    if (kn->qlinear) return kn->qlinear(x, w, bias, out, M, N, K, nthreads);
+    return product(kn, x, w, bias, out, M, N, K, nthreads);
+}
 static int out_of_bounds(const model *m, const int64_t *slot, const int64_t *win, int64_t W, const int64_t *ctx,
                          int64_t R) {
     for (int64_t r = 0; r < R; r++) {
@@ -100,7 +109,7 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
     for (int64_t l = 0; l < m->layers; l++) {
         const layer *L = m->layer + l;
         kn->norm(h, E, L->input_norm, xn, R, E, m->eps);
-        if ((rc = product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads))) break;
+        if ((rc = layer_product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads))) break;
         if (kn->rope(qkv, QKV, pos, m->cos, m->sin, m->max_pos, R, m->heads + m->kv_heads, D)) { rc = 3; break; }
         for (int64_t r = 0; r < R; r++) {
             const char *row = qkv + es * r * QKV;
@@ -111,12 +120,12 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
         rc = kn->attend(q, L->k_pool, L->v_pool, win, W, ctx, 0, 0, att, R, m->heads, m->kv_heads, D, m->scale,
                         nthreads);
         if (rc) break;
-        if ((rc = product(kn, att, L->o, L->o_bias, y, R, E, QS, nthreads))) break;
+        if ((rc = layer_product(kn, att, L->o, L->o_bias, y, R, E, QS, nthreads))) break;
         add_(kn, h, y, R * E);
         kn->norm(h, E, L->post_norm, xn, R, E, m->eps);
-        if ((rc = product(kn, xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads))) break;
+        if ((rc = layer_product(kn, xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads))) break;
         kn->silu_mul(gu, a, R, I);
-        if ((rc = product(kn, a, L->down, L->down_bias, y, R, E, I, nthreads))) break;
+        if ((rc = layer_product(kn, a, L->down, L->down_bias, y, R, E, I, nthreads))) break;
         add_(kn, h, y, R * E);
     }
     if (!rc) {
