@@ -16,7 +16,8 @@ from .elementwise import FastRMSNorm, FastRotary, elementwise_kernel
 from .attention import AttentionMetadata, decode_kernel, decode_slots, DECODE_KERNEL_HEAD_SIZES
 
 # %% auto #0
-__all__ = ['DECODE_CALL_C', 'DECODE_CALL_FLAGS', 'DECODE_CALL_DTYPES', 'decode_call_kernel', 'decode_call_refusal', 'DecodeCall']
+__all__ = ['DECODE_CALL_C', 'DECODE_CALL_FLAGS', 'DECODE_CALL_DTYPES', 'QUANT_COPIES', 'decode_call_kernel',
+           'decode_call_refusal', 'DecodeCall']
 
 # %% ../nbs/13_decode_call.ipynb #dc000007
 DECODE_CALL_C = kernel_source('decode_call')
@@ -57,9 +58,13 @@ def _own(p, dtype) -> bool:
     AVX512-BF16's dot products) for bfloat16, the float32 kernel's for float32."""
     return type(p) is FastLinear and p.weight.dtype == dtype and getattr(p, DECODE_CALL_DTYPES[dtype]) is not None
 
-def _int8(p) -> bool:
-    "p is a quantized layer holding its int8 weight in the int8 product's layout (`q8`, made by `q8_pack`)."
-    return isinstance(getattr(p, 'q8', None), torch.Tensor)
+# a quantized layer's copy in nanoserve's own layout, and the product that reads it
+QUANT_COPIES = {'q8': 'q8_linear', 'q4': 'q4_linear'}
+
+def _quant(p) -> str | None:
+    """Which of `QUANT_COPIES` a quantized layer holds its weight in (`q8`: int8, made by `q8_pack`; `q4`: int4, by
+    `q4_pack`), or None."""
+    return next((k for k in QUANT_COPIES if isinstance(getattr(p, k, None), torch.Tensor)), None)
 
 def _layer_products(model: CausalLM) -> list:
     return [p for l in model.model.layers for p in (l.self_attn.qkv_proj, l.self_attn.o_proj, l.mlp.gate_up_proj,
@@ -84,11 +89,13 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
         a, m = layer.self_attn, layer.mlp
         if type(a) is not FusedAttention or type(m) is not FusedMLP or not m.small_ops:
             return "a layer is not the fast layers' fused attention and MLP with small operators"
-    # the decoder layers' products: all the model's own kernel's, or (bfloat16) all int8 in the int8 product's layout
-    products = _layer_products(model)
-    if not (all(_own(p, dt) for p in products) or dt == torch.bfloat16 and all(_int8(p) for p in products)):
-        return (f'a projection is neither {kernel} nor, in a bfloat16 model, the int8 product (int4, sharded, or '
-                '--no-amx-linear)')
+    # the decoder layers' products: all the model's own kernel's, or (bfloat16) all int8 or all int4 in the layout of
+    # nanoserve's quantized product
+    products, kinds = _layer_products(model), {_quant(p) for p in _layer_products(model)}
+    quantized = dt == torch.bfloat16 and len(kinds) == 1 and None not in kinds
+    if not (all(_own(p, dt) for p in products) or quantized):
+        return (f"a projection is neither {kernel} nor, in a bfloat16 model, nanoserve's int8 or int4 product "
+                "(PyTorch's quantized op, sharded, or --no-amx-linear)")
     for layer in model.model.layers:
         if not all(type(n) is FastRMSNorm and n.eps == model.model.norm.eps
                    for n in (layer.input_layernorm, layer.post_attention_layernorm)):
@@ -122,14 +129,15 @@ class DecodeCall:
         self.max_rows, kind = (AMX_MAX_ROWS, 'bf16') if bf else (F32_MAX_ROWS, 'f32')
         copy = DECODE_CALL_DTYPES[model.dtype]            # the packed copy each product gives the loop
         product = fn(amx_kernel(invariant), 'amx_linear') if bf else None
-        # int8 decoder layers: their products through the same library's int8 product, over their `q8` copies
-        self.int8 = _int8(model.model.layers[0].self_attn.qkv_proj)
+        # quantized decoder layers: their products through the same library's int8 or int4 product, over their
+        # `q8` or `q4` copies
+        self.quant = _quant(model.model.layers[0].self_attn.qkv_proj)
         self._kernels = _Kernels(2 if bf else 4, product, None if bf else fn(f32_kernel(), F32_ENTRIES[f32_isa()]),
                                  fn(ew, f'rms_norm_{kind}'), fn(ew, f'rope_{kind}'), fn(ew, f'silu_mul_{kind}'),
                                  fn(decode_kernel(), f'decode_attention_{kind}'),
-                                 fn(amx_kernel(invariant), 'q8_linear') if self.int8 else None)
+                                 fn(amx_kernel(invariant), QUANT_COPIES[self.quant]) if self.quant else None)
         # a product's copy in its kernel's layout
-        packed = lambda p: _ptr(p.q8 if _int8(p) else getattr(p, copy))
+        packed = lambda p: _ptr(getattr(p, _quant(p) or copy))
         self._layers = (_Layer * cfg.num_hidden_layers)()
         for i, l in enumerate(model.model.layers):
             a, m = l.self_attn, l.mlp

@@ -18,8 +18,8 @@ from .arena import arena_views
 # %% auto #0
 __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_reference', 'one_row_product', 'packed_linear',
            'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_pack', 'amx_product', 'q8_pack', 'q8_product',
-           'FusedAttention', 'FusedMLP', 'speed_up', 'invariant_refusal', 'kernel_copies_into_arena',
-           'release_original']
+           'q4_pack', 'q4_product', 'FusedAttention', 'FusedMLP', 'speed_up', 'invariant_refusal',
+           'kernel_copies_into_arena', 'release_original']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -143,6 +143,9 @@ def _declare_amx(lib):
     lib.q8_packed_size.restype, lib.q8_packed_size.argtypes = I, [I, I]
     lib.q8_pack.restype, lib.q8_pack.argtypes = None, [P, P, P, I, I]
     lib.q8_linear.restype, lib.q8_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int]
+    lib.q4_packed_size.restype, lib.q4_packed_size.argtypes = I, [I, I, I]
+    lib.q4_pack.restype, lib.q4_pack.argtypes = None, [P, P, P, P, I, I, I]
+    lib.q4_linear.restype, lib.q4_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int]
     if lib.amx_enable() != 0:
         raise OSError("Linux did not grant this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
 
@@ -205,7 +208,8 @@ def q8_pack(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
     ok = q.device.type == 'cpu' and q.dtype == torch.int8 and q.dim() == 2 and q.shape[1] % 32 == 0
     if not ok or (lib := amx_kernel()) is None: return None
     packed = torch.empty(lib.q8_packed_size(*q.shape), dtype=torch.uint8)
-    lib.q8_pack(q.contiguous().data_ptr(), scale.float().contiguous().data_ptr(), packed.data_ptr(), *q.shape)
+    q, scale = q.contiguous(), scale.float().contiguous()     # held while the kernel reads them
+    lib.q8_pack(q.data_ptr(), scale.data_ptr(), packed.data_ptr(), *q.shape)
     return packed
 
 def q8_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
@@ -218,6 +222,31 @@ def q8_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
         failed = _amx_lib().q8_linear(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),
                                       out.data_ptr(), x.shape[0], out_features, x.shape[1], torch.get_num_threads())
     if failed: raise MemoryError("the int8 product kernel could not allocate its panels or scratch")
+    return out
+
+def q4_pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int) -> torch.Tensor | None:
+    """int4 codes q [out, in] (0..15) with a scale and a zero per group of `group_size` inputs ([out, in / group_size],
+    w = (q - 8) * scale + zero) in the int4 products' layout (uint8): a head with the group size, then blocks of 32
+    columns, group by group, each group's scales and corrections and then its codes two to a byte; None where it does
+    not apply (no kernel, `in` not a multiple of 32 or of the group)."""
+    out, inp = q.shape
+    ok = q.device.type == 'cpu' and q.dim() == 2 and inp % 32 == 0 and inp % group_size == 0 and group_size % 2 == 0
+    if not ok or (lib := amx_kernel()) is None: return None
+    packed = torch.empty(lib.q4_packed_size(out, inp, group_size), dtype=torch.uint8)
+    q, scale, zero = q.to(torch.uint8).contiguous(), scale.float().contiguous(), zero.float().contiguous()
+    lib.q4_pack(q.data_ptr(), scale.data_ptr(), zero.data_ptr(), packed.data_ptr(), out, inp, group_size)
+    return packed
+
+def q4_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    """x [rows, in] @ w.T + bias in bfloat16 from `q4_pack`'s layout: x rounded to bfloat16, float32 sums over the codes
+    read as 128 + q, one correction a group, one rounding; a row's bits do not depend on the number of rows."""
+    x = x.to(torch.bfloat16).contiguous()
+    out = torch.empty(x.shape[0], out_features, dtype=torch.bfloat16, device=x.device)
+    b = None if bias is None else bias.to(torch.bfloat16).contiguous()
+    with named_in_profile('nanoserve::q4_linear'):
+        failed = _amx_lib().q4_linear(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),
+                                      out.data_ptr(), x.shape[0], out_features, x.shape[1], torch.get_num_threads())
+    if failed: raise MemoryError("the int4 product kernel could not allocate its panels")
     return out
 
 # %% ../nbs/06_fast.ipynb #2672f6f2

@@ -72,8 +72,8 @@ def pytest_terminal_summary(terminalreporter):
           'avx512_bf16': "AVX512-BF16's dot products (no AMX here: its tile path is not run)",
           None: "no kernel of nanoserve's own (neither AMX nor AVX512-BF16 here: no bfloat16 path is run)"}[bf16_isa()]
     f32 = f"the {f32_isa()} kernel" if f32_isa() else "no kernel of nanoserve's own (no AVX2 here)"
-    q8 = ("int8 products widened onto the same dot products" if bf16_isa()
-          else "int8 products on PyTorch's op (no bfloat16 kernel here)")
+    q8 = ("int8 and int4 products widened onto the same dot products" if bf16_isa()
+          else "int8 and int4 products on PyTorch's ops (no bfloat16 kernel here)")
     terminalreporter.write_line(f"cpu: {cpu_model()}; batch-invariant paths covered here: bfloat16 products on {bf}; "
                                 f"float32 products on {f32}; {q8}")
 

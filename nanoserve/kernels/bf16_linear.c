@@ -3,15 +3,17 @@
    Computes  y = x @ w.T (+ b) in bfloat16 (float32 sums, rounded to nearest even) for up to AMX_MAX_ROWS rows.
    Entry     amx_enable (asks Linux for the tile state), amx_packed_size and amx_pack (the build's packed layout),
              amx_linear (the product), amx_dot_rows (the most rows the dot products take); q8_packed_size, q8_pack
-             and q8_linear, the same products over int8 weights with a scale a column (below).
+             and q8_linear, the same products over int8 weights with a scale a column, and q4_packed_size, q4_pack
+             and q4_linear, over int4 weights with a scale and a zero a group (below).
    Build     AMX_LINEAR_FLAGS in nanoserve/fast.py: -O3 -fopenmp -fPIC -shared -std=c11 (amx_kernel), as
              'amx_linear' (tiles, dot products for one row), 'amx_linear_tiles' (-DDOT_ROWS=0: the tiles at every row
              count, the batch-invariant build) or 'bf16_dot_linear' (-DNO_TILES: a CPU with AVX512-BF16 and no AMX).
              AHEAD, DOT_ROWS and DOT_AHEAD_ONE_ROW may be set with -D to measure other prefetch distances and splits.
    Checked   nbs/06_fast.ipynb, "AMX products" and "Checks against the reference": each build against F.linear and
              float64, and its rows' bits across row and thread counts;
-             tests/test_fast.py::test_amx_products_greedy_text_equals_onednn; the int8 products in 06_fast's
-             "int8 products" cell, nbs/55_quant.ipynb and tests/test_quant.py. */
+             tests/test_fast.py::test_amx_products_greedy_text_equals_onednn; the int8 and int4 products in
+             06_fast's cells after "int8 products", nbs/13_decode_call.ipynb, nbs/55_quant.ipynb and
+             tests/test_quant.py. */
 
 /* bfloat16 products y = x @ w.T (+ b) on Intel's AMX tiles, over weights packed once.  Compiled for AMX whatever the
    machine (target attributes); called only where the CPU has it and Linux has granted this process the tile state
@@ -403,4 +405,133 @@ TGT int q8_linear(const uint16_t *x, const void *packed, const uint16_t *bias, u
     }
     if (xt != xd) free(xt);
     return failed;
+}
+
+/* Int4 weights in groups.  Codes q in 0..15 with a scale s and a zero z per group of g inputs and column
+   (w = (q - 8) * s + z, as nanoserve.quant.quantize_int4 makes them), through the dot products.  A code is read as
+   the bfloat16 128 + q, which is its bits 0x4300 | q: two integer instructions widen 32 codes (a mask-and-or, and a
+   shift first for the high nibbles), against five for an int8.  So a group's sum over 128 + q is corrected once:
+       sum_k x_k w_k = s * sum_k x_k (128 + q_k) - (136 s - z) * sum_k x_k,
+   with each row's sum of x over the group computed once a product.  Each product of x and 128 + q is exact in
+   float32; the sums are larger than the result, and lose about 2^-24 of them, far below the bfloat16 result's
+   rounding.  q4_pack lays a block of 32 columns out group by group: the group's 32 scales and 32 corrections
+   136 s - z (float32), then its g / 2 pairs of inputs, 32 bytes each: byte i holds, in its low nibble, word i of the
+   first 16 columns' vector (column i / 2, input i % 2) and, in its high nibble, the same word of the next 16
+   columns'.  A 64-byte head holds g.  A row's sums depend only on that row (the batch-invariant mode holds). */
+#define Q4_NB 32                            /* columns of a block, whatever the build's NB */
+#define Q4_ROWS 12                          /* rows of a pass: 12 x 2 accumulators */
+static inline int64_t q4_block_bytes(int64_t K, int64_t g) { return K / g * (2 * Q4_NB * 4 + g / 2 * Q4_NB); }
+
+int64_t q4_packed_size(int64_t N, int64_t K, int64_t g) { return 64 + (N + Q4_NB - 1) / Q4_NB * q4_block_bytes(K, g); }
+
+/* q [N][K] codes (uint8, 0..15), s and z [N][K / g] float32; K a multiple of g, g of 2 */
+void q4_pack(const uint8_t *q, const float *s, const float *z, uint8_t *p, int64_t N, int64_t K, int64_t g) {
+    int64_t nblocks = (N + Q4_NB - 1) / Q4_NB, G = K / g, bb = q4_block_bytes(K, g);
+    memset(p, 0, 64);
+    memcpy(p, &g, 8);
+    #pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblocks; b++)
+        for (int64_t gi = 0; gi < G; gi++) {
+            uint8_t *at = p + 64 + b * bb + gi * (2 * Q4_NB * 4 + g / 2 * Q4_NB);
+            float *sc = (float *)at, *corr = sc + Q4_NB;
+            for (int64_t j = 0; j < Q4_NB; j++) {
+                int64_t n = b * Q4_NB + j;
+                sc[j] = n < N ? s[n * G + gi] : 0.0f;
+                corr[j] = n < N ? 136.0f * s[n * G + gi] - z[n * G + gi] : 0.0f;
+            }
+            uint8_t *codes = at + 2 * Q4_NB * 4;
+            for (int64_t kp = 0; kp < g / 2; kp++)
+                for (int64_t i = 0; i < 32; i++) {
+                    int64_t k = gi * g + 2 * kp + i % 2, lo = b * Q4_NB + i / 2, hi = lo + 16;
+                    uint8_t a = lo < N ? q[lo * K + k] & 15 : 0, c = hi < N ? q[hi * K + k] & 15 : 0;
+                    codes[kp * 32 + i] = (uint8_t)(a | c << 4);
+                }
+        }
+}
+
+/* mr rows (pairs of x transposed, ldx words apart; xs: each row's sum over each group, [G][ldx]) against one block */
+TGT static inline __attribute__((always_inline)) void q4_pass(const int32_t *xt, int64_t ldx, const float *xs,
+        int64_t K, int64_t g, const uint8_t *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias,
+        const int mr) {
+    __m512 acc[Q4_ROWS][2];
+    float c[Q4_ROWS * NB] __attribute__((aligned(64)));
+    const __m512i low = _mm512_set1_epi16(15), one28 = _mm512_set1_epi16(0x4300);
+    for (int r = 0; r < mr; r++) for (int j = 0; j < 2; j++) _mm512_store_ps(c + r * NB + 16 * j, _mm512_setzero_ps());
+    for (int64_t gi = 0; gi < K / g; gi++) {
+        const uint8_t *at = blk + gi * (2 * Q4_NB * 4 + g / 2 * Q4_NB), *codes = at + 2 * Q4_NB * 4;
+        const float *sc = (const float *)at, *corr = sc + Q4_NB;
+        for (int r = 0; r < mr; r++) for (int j = 0; j < 2; j++) acc[r][j] = _mm512_setzero_ps();
+        for (int64_t kp = 0; kp < g / 2; kp++) {
+            __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(codes + kp * 32)));
+            /* (v & 15) | 0x4300, and (v >> 4) | 0x4300: the bfloat16s 128 + q */
+            __m512bh wa = (__m512bh)_mm512_ternarylogic_epi32(v, low, one28, 0xEA);
+            __m512bh wb = (__m512bh)_mm512_or_si512(_mm512_srli_epi16(v, 4), one28);
+            const int32_t *a = xt + (gi * g / 2 + kp) * ldx;
+            for (int r = 0; r < mr; r++) {
+                __m512bh bx = (__m512bh)_mm512_set1_epi32(a[r]);
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], bx, wa);
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], bx, wb);
+            }
+        }
+        for (int j = 0; j < 2; j++) {
+            __m512 sj = _mm512_loadu_ps(sc + 16 * j), cj = _mm512_loadu_ps(corr + 16 * j);
+            for (int r = 0; r < mr; r++) {
+                float *cr = c + r * NB + 16 * j;
+                __m512 t = _mm512_fmadd_ps(sj, acc[r][j], _mm512_load_ps(cr));
+                _mm512_store_ps(cr, _mm512_fnmadd_ps(cj, _mm512_set1_ps(xs[gi * ldx + r]), t));
+            }
+        }
+    }
+    store_rows(out, ldo, c, mr, ncols, bias, 0);
+}
+#define Q4(n) case n: q4_pass(xt + q * Q4_ROWS * K2, ld, xs + q * Q4_ROWS * G, K, g, blk, out + m * N + n0, N, \
+                              min64(Q4_NB, N - n0), bias ? bias + n0 : 0, n); break;
+
+/* y = x @ w.T (+ b) in bfloat16 over q4_pack's layout, any number of rows; x in panels of Q4_ROWS rows with their
+   pairs transposed and each row's group sums beside them, the blocks split across threads.  1 when out of memory,
+   2 when K is not a multiple of g (or g of 2). */
+TGT int q4_linear(const uint16_t *x, const void *packed, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N,
+                  int64_t K, int nthreads) {
+    int64_t g;
+    memcpy(&g, packed, 8);
+    if (g < 2 || g % 2 || K % g) return 2;
+    int64_t nblocks = (N + Q4_NB - 1) / Q4_NB, K2 = K / 2, G = K / g, bb = q4_block_bytes(K, g);
+    int64_t panels = (M + Q4_ROWS - 1) / Q4_ROWS, ld = M > 1 ? Q4_ROWS : 1;
+    const uint8_t *p = (const uint8_t *)packed + 64;
+    const int32_t *xd = (const int32_t *)x;
+    int32_t *xt = M > 1 ? malloc(panels * Q4_ROWS * K2 * 4) : (int32_t *)xd;
+    float *xs = malloc(panels * Q4_ROWS * G * 4);
+    if (!xt || !xs) { if (M > 1) free(xt); free(xs); return 1; }
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        for (int64_t q = panels * t / nt; q < panels * (t + 1) / nt; q++)
+            for (int64_t m = q * Q4_ROWS; m < min64(M, (q + 1) * Q4_ROWS); m++) {
+                if (M > 1)
+                    for (int64_t k = 0; k < K2; k++) xt[q * Q4_ROWS * K2 + k * Q4_ROWS + m % Q4_ROWS] = xd[m * K2 + k];
+                for (int64_t gi = 0; gi < G; gi++) {
+                    float sum = 0.0f;
+                    for (int64_t k = gi * g; k < (gi + 1) * g; k++) {
+                        uint32_t u = (uint32_t)x[m * K + k] << 16;
+                        float f;
+                        memcpy(&f, &u, 4);
+                        sum += f;
+                    }
+                    xs[q * Q4_ROWS * G + gi * ld + m % Q4_ROWS] = sum;
+                }
+            }
+        _Pragma("omp barrier")
+        for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
+            int64_t n0 = b * Q4_NB;
+            const uint8_t *blk = p + b * bb;
+            for (int64_t q = 0; q < panels; q++) {
+                int64_t m = q * Q4_ROWS;
+                switch (min64(Q4_ROWS, M - m)) { Q4(1) Q4(2) Q4(3) Q4(4) Q4(5) Q4(6) Q4(7) Q4(8) Q4(9) Q4(10) Q4(11)
+                                                  Q4(12) }
+            }
+        }
+    }
+    if (M > 1) free(xt);
+    free(xs);
+    return 0;
 }
