@@ -59,7 +59,7 @@ def main():
                     results.append(dict(dtype=dtype, rows=R, arm=arm, round=k + 1,
                                         recorder=engines[arm].boot.recorder if engines[arm].boot else '',
                                         step_ms_p50=round(r.step_ms_p50, 3), decode_tok_s=round(R / r.step_ms_p50 * 1e3, 1),
-                                        output_tok_s=round(r.output_tok_s, 1)))
+                                        output_tok_s=round(r.output_tok_s, 1), machine=machine()))
             print(f"[{dtype}] rows {R}: " + ', '.join(
                 f"{a} {statistics.median(x['decode_tok_s'] for x in results if (x['dtype'], x['rows'], x['arm']) == (dtype, R, a)):.1f}"
                 for a in arms) + ' decode tok/s', file=sys.stderr, flush=True)

@@ -17,12 +17,18 @@ NOTEBOOKS = ('nbs/index.ipynb', 'nbs/24_offline_bench.ipynb')
 
 # One table per machine family: its folder under latest/, a title, when its runs were committed and at which commits,
 # and the runs. offline: `nanoserve bench offline`; side_by_side: bench/peers/side_by_side.py; llamacpp: bench/quant.py
-# --llamacpp-venv; ab: nanoserve alone before and after a change (bench/offline_ab.sh's layout).
+# --llamacpp-venv; goodput: side_by_side.py --goodput; openvino: bench/peers/openvino_side_by_side.py; quant:
+# bench/capture_cpu.py --arms eager,int8,int4 (nanoserve's quantized modes against its bfloat16); memory:
+# bench/memory.py (peak resident memory against the budget: a lead above 1 is within it); ab: nanoserve alone
+# before and after a change (bench/offline_ab.sh's layout).
 FAMILIES = [
     dict(folder='zen4', title='AMD Zen 4 VM', date='2026-12-04', commits='beff1e6, 7b7101f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
-    dict(folder='zen5', title='AMD Zen 5 VM', date='2026-12-03', commits='713fff7, 5eeb815',
-         runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('ab', 'device_discipline_ab.csv')]),
+    dict(folder='zen5', title='AMD Zen 5 VM', date='2026-12-03 and 2026-12-05',
+         commits='713fff7, cf295c6, fc2a1ff, 5a1ebc4, 0509de0',
+         runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('goodput', 'goodput.csv'),
+               ('openvino', 'openvino.csv'), ('quant', 'quant_speed.csv'), ('memory', 'memory.csv'),
+               ('ab', 'device_discipline_ab.csv')]),
     dict(folder='sapphire_rapids', title='Intel Sapphire Rapids VM (AMX)', date='2026-12-02', commits='6c17c3f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
     dict(folder='h200', title='NVIDIA H200', date='2026-12-04', commits='dea9936',
@@ -57,6 +63,7 @@ def offline_rows(rows: list[dict]) -> list[str]:
 
 SERVER_ROWS = [('crowd', 'output_throughput', 'output tok/s', False),
                ('4.0', 'output_throughput', 'output tok/s', False),
+               ('crowd', 'ttft_p50_ms', 'TTFT p50 ms', True),
                ('crowd', 'tpot_p50_ms', 'TPOT p50 ms', True), ('crowd', 'itl_p99_ms', 'ITL p99 ms', True)]
 
 def side_by_side_rows(rows: list[dict]) -> list[str]:
@@ -85,6 +92,48 @@ def llamacpp_rows(rows: list[dict]) -> list[str]:
                        float(theirs['batch1_tok_s'])))
     return out
 
+def goodput_rows(rows: list[dict]) -> list[str]:
+    "The goodput sweep: each server's highest open-loop rate at which the share of requests within the objectives passed."
+    best = lambda server: max(float(r['rate']) for r in rows if r['server'] == server and r['passed'] == 'True')
+    slo = ' and '.join(f"{k.upper()} <= {v} ms" for k, v in (x.split(':') for x in rows[0]['slo'].split(',')))
+    n = next(r['num_requests'] for r in rows)
+    what = f"server goodput: the highest rate with {float(rows[0]['min_share']):.0%} of {n} requests within {slo}, req/s"
+    return [row(what, rows[0]['dtype'], best('nanoserve'), 'vLLM (CPU)', best('vllm'))]
+
+def openvino_rows(rows: list[dict]) -> list[str]:
+    "Batch 1 and all prompts at once against OpenVINO GenAI: medians of the alternating rounds' output tok/s."
+    out = []
+    for batch in dict.fromkeys(r['batch'] for r in rows):
+        pick = lambda kind: [r for r in rows if r['kind'] == kind and r['batch'] == batch]
+        ours, theirs = pick('nanoserve'), pick('openvino')
+        what = (f"offline, {ours[0]['prompts']} prompts of {ours[0]['prompt_len']} tokens, batch {batch}: output tok/s "
+                f"(median of {len(ours)} rounds)")
+        out.append(row(what, ours[0]['engine'].split()[-1], median(ours, 'output_tok_s'),
+                       f"OpenVINO GenAI ({theirs[0]['engine'].split()[-1]})", median(theirs, 'output_tok_s')))
+    return out
+
+def quant_rows(rows: list[dict]) -> list[str]:
+    "nanoserve's quantized modes against its own bfloat16 at one row and the widest: decode tok/s, medians of the rounds."
+    out = []
+    for rows_n in (min(int(r['rows']) for r in rows), max(int(r['rows']) for r in rows)):
+        base = [r for r in rows if r['arm'] == 'eager' and int(r['rows']) == rows_n]
+        for arm in dict.fromkeys(r['arm'] for r in rows if r['arm'] != 'eager'):
+            mine = [r for r in rows if r['arm'] == arm and int(r['rows']) == rows_n]
+            what = f"decode at {rows_n} row{'s' * (rows_n > 1)}: tok/s, {arm} weights (median of {len(mine)} rounds)"
+            out.append(row(what, 'bfloat16', median(mine, 'decode_tok_s'), 'nanoserve bfloat16',
+                           median(base, 'decode_tok_s')))
+    return out
+
+def memory_rows(rows: list[dict]) -> list[str]:
+    "Peak resident memory of `nanoserve generate` (the latest label) against the issue's budget: weights + KV pool + 0.5 GB."
+    last = rows[-1]['label']
+    out = []
+    for r in (r for r in rows if r['label'] == last):
+        what = f"peak resident MB, `nanoserve generate`, {r['model']} model, {r['mode']} (VmHWM, `/usr/bin/time -v`)"
+        out.append(row(what, 'bfloat16', float(r['peak_rss_mb']), 'budget: weights + KV pool + 512 MB',
+                       float(r['budget_mb']), lower_is_better=True))
+    return out
+
 def ab_line(rows: list[dict], path: str) -> str:
     "nanoserve alone before and after a later change on this family: the ratio of the medians, per dtype and batch."
     keys = dict.fromkeys((r['dtype'], r['batch']) for r in rows)
@@ -100,7 +149,10 @@ def family_table(fam: dict, latest: Path) -> str:
     lines, machines, notes, cited = [], [], [], []
     for kind, name in fam['runs']:
         rows, rel = read(latest/fam['folder']/name), f"bench/results/latest/{fam['folder']}/{name}"
-        machine = f"{fam['device']}; host {rows[0]['machine']}" if fam.get('device') else rows[0]['machine']
+        # a run whose CSV has no machine column names it on its text's first line
+        host = rows[0].get('machine') or (latest/fam['folder']/name).with_suffix('.txt').read_text().split('\n')[0]
+        host = host.removeprefix('machine: ')
+        machine = f"{fam['device']}; host {host}" if fam.get('device') else host
         if machine not in machines: machines.append(machine)
         if fam.get('note') and fam['note'] not in notes: notes.append(fam['note'] + '.')
         if kind == 'ab':
@@ -111,7 +163,9 @@ def family_table(fam: dict, latest: Path) -> str:
             cores = rows[0]['server_cpus']
             notes.insert(0, f"The server rows' plan: `{plan}`; each server on {cores} core, the client on another.")
         cited.append(f"`{rel}`")
-        lines += {'offline': offline_rows, 'side_by_side': side_by_side_rows, 'llamacpp': llamacpp_rows}[kind](rows)
+        lines += {'offline': offline_rows, 'side_by_side': side_by_side_rows, 'llamacpp': llamacpp_rows,
+                  'goodput': goodput_rows, 'openvino': openvino_rows, 'quant': quant_rows,
+                  'memory': memory_rows}[kind](rows)
     commits = fam['commits'].split(', ')
     head = [f"### {fam['title']}, {fam['date']}", '', ' '.join(f'`{m}`.' for m in machines),
             f"From {', '.join(cited)} (commit{'s' * (len(commits) > 1)} {', '.join(commits)}).", '',
@@ -122,7 +176,8 @@ INTRO = """SmolLM2-135M-Instruct, nanoserve beside its peers in the same run on 
 from one machine (and one minute) to the next, ratios from one run do not. The offline rows are `nanoserve bench offline
 --compare-transformers --compare-vllm` (prompts of 32-256 random tokens, 128 output tokens each, greedy, `ignore_eos`);
 the server rows are `bench/peers/side_by_side.py` (32 requests, prompts of 32-128 tokens, 64 output tokens, each server
-pinned to one core, the rounds interleaved). "nanoserve's lead" is nanoserve's throughput over the peer's, or the peer's
+pinned to one core, the rounds interleaved; the goodput row is its `--goodput ttft:1000,tpot:100` sweep). "nanoserve's
+lead" is nanoserve's throughput over the peer's, or the peer's
 latency over nanoserve's: above 1 nanoserve is ahead. Generated by `python bench/performance.py` from
 `bench/results/latest/` (its README names each run's command, machine and commit); every earlier run is in
 `bench/results/archive/`."""
