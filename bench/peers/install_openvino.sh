@@ -12,27 +12,8 @@ OPENVINO_VENV=${OPENVINO_VENV:-/work/peers/openvino}
 GENAI_VERSION=${OPENVINO_GENAI_VERSION:-2026.4.1.0}
 OPTIMUM_INTEL_VERSION=${OPTIMUM_INTEL_VERSION:-2.2.0}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}      # the CPU build on local disk (pip's find-links /opt/wheels)
-PYTHON=${PYTHON:-python3.11}
-NICE=(nice -n 10)                           # keep the shared cores usable meanwhile
-
-cd /tmp   # never let pip see the repo's own pyproject
-
-if [[ ! -x "$OPENVINO_VENV/bin/python" ]]; then
-    mkdir -p "$(dirname "$OPENVINO_VENV")"
-    "$PYTHON" -m venv "$OPENVINO_VENV"
-fi
-PY="$OPENVINO_VENV/bin/python"
-PIP=("${NICE[@]}" "$PY" -m pip)
-
-installed() {  # installed DIST VERSION-PREFIX -> 0 if that distribution is present
-    "$PY" - "$1" "$2" <<'PYEOF'
-import sys, importlib.metadata as m
-try:
-    sys.exit(0 if m.version(sys.argv[1]).startswith(sys.argv[2]) else 1)
-except m.PackageNotFoundError:
-    sys.exit(1)
-PYEOF
-}
+source "$(dirname "$0")/peer_venv.sh"
+peer_venv "$OPENVINO_VENV"
 
 cpu_torch() {  # install torch's CPU build without its dependencies (they are already there)
     "${PIP[@]}" install --no-deps "torch==$TORCH_VERSION"

