@@ -212,17 +212,24 @@ def q8_pack(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
     lib.q8_pack(q.data_ptr(), scale.data_ptr(), packed.data_ptr(), *q.shape)
     return packed
 
-def q8_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
-    """x [rows, in] @ (q * scale).T + bias in bfloat16 from `q8_pack`'s layout: x rounded to bfloat16, float32 sums over
-    the int8 weights, one rounding; a row's bits do not depend on the number of rows."""
+def _quantized_product(entry: str, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+                       out_features: int) -> torch.Tensor:
+    "x [rows, in] through the kernel library's quantized product `entry` ('q8_linear' or 'q4_linear'), in bfloat16."
     x = x.to(torch.bfloat16).contiguous()
     out = torch.empty(x.shape[0], out_features, dtype=torch.bfloat16, device=x.device)
     b = None if bias is None else bias.to(torch.bfloat16).contiguous()
-    with named_in_profile('nanoserve::q8_linear'):
-        failed = _amx_lib().q8_linear(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),
-                                      out.data_ptr(), x.shape[0], out_features, x.shape[1], torch.get_num_threads())
-    if failed: raise MemoryError("the int8 product kernel could not allocate its panels or scratch")
+    with named_in_profile(f'nanoserve::{entry}'):
+        failed = getattr(_amx_lib(), entry)(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),
+                                            out.data_ptr(), x.shape[0], out_features, x.shape[1],
+                                            torch.get_num_threads())
+    if failed == 1: raise MemoryError(f"the {entry} kernel could not allocate its panels or scratch")
+    if failed: raise ValueError(f"the {entry} kernel refused {x.shape[1]} inputs: not a multiple of its blocks")
     return out
+
+def q8_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    """x [rows, in] @ (q * scale).T + bias in bfloat16 from `q8_pack`'s layout: x rounded to bfloat16, float32 sums over
+    the int8 weights, one rounding; a row's bits do not depend on the number of rows."""
+    return _quantized_product('q8_linear', x, packed, bias, out_features)
 
 def q4_pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int) -> torch.Tensor | None:
     """int4 codes q [out, in] (0..15) with a scale and a zero per group of `group_size` inputs ([out, in / group_size],
@@ -240,14 +247,7 @@ def q4_pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size
 def q4_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
     """x [rows, in] @ w.T + bias in bfloat16 from `q4_pack`'s layout: x rounded to bfloat16, float32 sums over the codes
     read as 128 + q, one correction a group, one rounding; a row's bits do not depend on the number of rows."""
-    x = x.to(torch.bfloat16).contiguous()
-    out = torch.empty(x.shape[0], out_features, dtype=torch.bfloat16, device=x.device)
-    b = None if bias is None else bias.to(torch.bfloat16).contiguous()
-    with named_in_profile('nanoserve::q4_linear'):
-        failed = _amx_lib().q4_linear(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),
-                                      out.data_ptr(), x.shape[0], out_features, x.shape[1], torch.get_num_threads())
-    if failed: raise MemoryError("the int4 product kernel could not allocate its panels")
-    return out
+    return _quantized_product('q4_linear', x, packed, bias, out_features)
 
 # %% ../nbs/06_fast.ipynb #2672f6f2
 class FusedAttention(nn.Module):

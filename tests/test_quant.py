@@ -138,18 +138,20 @@ def test_quantized_shards_through_the_command(peaky_wide):
     assert one.returncode == 0 and two.returncode == 0, (one.stderr[-1500:], two.stderr[-1500:])
     assert [json.loads(l)['token_ids'] for l in two.stdout.splitlines()] == [json.loads(l)['token_ids'] for l in one.stdout.splitlines()]
 
+@pytest.mark.parametrize('mode', ['int8', 'int4'])
 @pytest.mark.parametrize('pack', [True, False])
-def test_int8_products_of_both_kernels_within_the_bound(pack):
-    "nanoserve's int8 product (the layer's `q8`, where this CPU has the kernel) and PyTorch's (pack=False): each within the bound."
+def test_quantized_products_of_both_kernels_within_the_bound(mode, pack):
+    """nanoserve's product (the layer's `q8` or `q4`, where this CPU has the kernel) and PyTorch's (pack=False): each within the bound, and
+    the weight held once."""
     g = torch.Generator().manual_seed(7)
     w, b = torch.randn(80, 256, generator=g) * 2, torch.randn(80, generator=g)
     x = torch.randn(20, 256, generator=g).bfloat16()
-    layer = Int8Linear(w, b, pack=pack)
-    if pack and layer.q8 is None: pytest.skip("this CPU has no bfloat16 dot products: the int8 product kernel is not built here")
-    assert (layer.q8 is None) == (not pack) and (layer.qweight is None) == pack       # one copy of the weight, not two
+    layer = Int8Linear(w, b, pack=pack) if mode == 'int8' else Int4Linear(w, b, 64, pack=pack)
+    own, torch_copy = (layer.q8, layer.qweight) if mode == 'int8' else (layer.q4, layer.packed)
+    if pack and own is None: pytest.skip("this CPU has no bfloat16 dot products: nanoserve's quantized products are not built here")
+    assert (own is None) == (not pack) and (torch_copy is None) == pack          # one copy of the weight, not two
     exact = x.float() @ w.T + b
-    q, s = quantize_int8(w)
-    step = s[:, None].expand(-1, 256)
+    step = quantize_int8(w)[1][:, None].expand(-1, 256) if mode == 'int8' else quantize_int4(w, 64)[1].repeat_interleave(64, 1)
     assert ((layer(x).float() - exact).abs() <= x.float().abs() @ (step / 2).T + 2 ** -7 * (x.float().abs() @ w.abs().T + exact.abs())).all()
 
 @pytest.mark.parametrize('mode,kind', [('int8', 'q8'), ('int4', 'q4')])
@@ -168,17 +170,3 @@ def test_quantized_decode_call_gives_the_layers_tokens_and_logprobs(tiny, mode, 
     got, want = call.generate(prompts, params, use_tqdm=False), layers.generate(prompts, params, use_tqdm=False)
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     assert [o.logprobs for o in got] == [o.logprobs for o in want]
-
-@pytest.mark.parametrize('pack', [True, False])
-def test_int4_products_of_both_kernels_within_the_bound(pack):
-    "nanoserve's int4 product (the layer's `q4`, where this CPU has the kernel) and PyTorch's (pack=False): each within the bound."
-    g = torch.Generator().manual_seed(8)
-    w, b = torch.randn(80, 256, generator=g) * 2, torch.randn(80, generator=g)
-    x = torch.randn(20, 256, generator=g).bfloat16()
-    layer = Int4Linear(w, b, 64, pack=pack)
-    if pack and layer.q4 is None: pytest.skip("this CPU has no bfloat16 dot products: the int4 product kernel is not built here")
-    assert (layer.q4 is None) == (not pack) and (layer.packed is None) == pack       # one copy of the weight, not two
-    exact = x.float() @ w.T + b
-    q, s, z = quantize_int4(w, 64)
-    step = s.repeat_interleave(64, 1)
-    assert ((layer(x).float() - exact).abs() <= x.float().abs() @ (step / 2).T + 2 ** -7 * (x.float().abs() @ w.abs().T + exact.abs())).all()

@@ -123,20 +123,31 @@ int amx_dot_rows(void) { return DOT_ROWS; }
    reloaded them from the stack.  Each output is one float32 sum over the pairs in order (vdpbf16ps adds a pair's two
    products one after the other), so a row's bits do not depend on the other rows, the passes or the threads; they
    are not the tiles' bits, which round inside a tile in their own way. */
+/* 32 int8 -> 32 bfloat16, in order, exactly (the int8 products below) */
+TGT static inline __m512bh q8_bf16(const int8_t *q) {
+    __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+    __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))));
+    return _mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* (q8, a constant at each call: the block holds int8 codes, a byte an element, widened to bfloat16 as they are read,
+   and scale then multiplies each column's sums; see the int8 products below) */
 TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt, int64_t ldx, int64_t K,
-        const uint16_t *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const float *scale,
-        const int mr, const int nv) {
+        const void *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const float *scale,
+        const int mr, const int nv, const int q8) {
     __m512 acc[PASS_ROWS][NV];
     float c[PASS_ROWS * NB] __attribute__((aligned(64)));
     for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) acc[r][j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K / 2; k++) {
-        const uint16_t *w = blk + k * nv * 32;
+        /* a pair of inputs' weights: nv vectors of 64 bytes (bfloat16), or of 32 (int8) */
+        const char *w = (const char *)blk + k * nv * (q8 ? 32 : 64);
         const int32_t *a = xt + k * ldx;
-        if (nv == NV && (mr > 1 || DOT_AHEAD_ONE_ROW))
-            for (int l = 0; l < NB * 4; l += 64)
-                _mm_prefetch((const char *)w + (mr > 1 ? DOT_AHEAD : DOT_AHEAD_ONE_ROW) + l, _MM_HINT_T0);
+        if (nv == NV && (mr > 1 || (DOT_AHEAD_ONE_ROW && !q8)))
+            for (int l = 0; l < NB * (q8 ? 2 : 4); l += 64)
+                _mm_prefetch(w + (q8 ? DOT_AHEAD / 2 : mr > 1 ? DOT_AHEAD : DOT_AHEAD_ONE_ROW) + l, _MM_HINT_T0);
         __m512bh wv[NV];
-        for (int j = 0; j < nv; j++) wv[j] = (__m512bh)_mm512_loadu_si512(w + 32 * j);
+        for (int j = 0; j < nv; j++)
+            wv[j] = q8 ? q8_bf16((const int8_t *)w + 32 * j) : (__m512bh)_mm512_loadu_si512(w + 64 * j);
         for (int r = 0; r < mr; r++) {
             __m512bh b = (__m512bh)_mm512_set1_epi32(a[r]);
             for (int j = 0; j < nv; j++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], b, wv[j]);
@@ -149,9 +160,9 @@ TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt
    (fewer columns) with nv as it comes */
 #define DOT(n) case n: \
     if (nb == NB) dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), \
-                           bias ? bias + n0 : 0, 0, n, NV); \
+                           bias ? bias + n0 : 0, 0, n, NV, 0); \
     else dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, 0, \
-                  n, (int)(nb / 16)); break;
+                  n, (int)(nb / 16), 0); break;
 
 /* A product of one row reads each weight once whatever it does with it, and the dot products keep more of the
    memory's rate than the tiles (which load a 16-row tile of x that is all zeros but one row, and 16 weight rows 256
@@ -305,45 +316,16 @@ void q8_pack(const int8_t *q, const float *scale, uint8_t *p, int64_t N, int64_t
     }
 }
 
-/* 32 int8 -> 32 bfloat16, in order, exactly */
-TGT static inline __m512bh q8_bf16(const int8_t *q) {
-    __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
-    __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))));
-    return _mm512_cvtne2ps_pbh(hi, lo);
-}
-
-/* dot_pass over an int8 block, its weights converted as they are read */
-TGT static inline __attribute__((always_inline)) void q8_pass(const int32_t *xt, int64_t ldx, int64_t K,
-        const int8_t *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const float *scale,
-        const int mr, const int nv) {
-    __m512 acc[PASS_ROWS][NV];
-    float c[PASS_ROWS * NB] __attribute__((aligned(64)));
-    for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) acc[r][j] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K / 2; k++) {
-        const int8_t *w = blk + k * nv * 32;
-        const int32_t *a = xt + k * ldx;
-        if (nv == NV && mr > 1)
-            for (int l = 0; l < NB * 2; l += 64) _mm_prefetch((const char *)w + DOT_AHEAD / 2 + l, _MM_HINT_T0);
-        __m512bh wv[NV];
-        for (int j = 0; j < nv; j++) wv[j] = q8_bf16(w + 32 * j);
-        for (int r = 0; r < mr; r++) {
-            __m512bh b = (__m512bh)_mm512_set1_epi32(a[r]);
-            for (int j = 0; j < nv; j++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], b, wv[j]);
-        }
-    }
-    for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) _mm512_store_ps(c + r * NB + 16 * j, acc[r][j]);
-    store_rows(out, ldo, c, mr, ncols, bias, scale);
-}
 /* a pass of n rows over an int8 block: converted as read (one pass takes every row), else from the scratch block */
 #define Q8(n) case n: \
     if (scratch && nb == NB) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
-                                      bias ? bias + n0 : 0, scale + n0, n, NV); \
+                                      bias ? bias + n0 : 0, scale + n0, n, NV, 0); \
     else if (scratch) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
-                               bias ? bias + n0 : 0, scale + n0, n, (int)(nb / 16)); \
-    else if (nb == NB) q8_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), \
-                               bias ? bias + n0 : 0, scale + n0, n, NV); \
-    else q8_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, scale + n0, \
-                 n, (int)(nb / 16)); break;
+                               bias ? bias + n0 : 0, scale + n0, n, (int)(nb / 16), 0); \
+    else if (nb == NB) dot_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), \
+                                bias ? bias + n0 : 0, scale + n0, n, NV, 1); \
+    else dot_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, scale + n0, \
+                  n, (int)(nb / 16), 1); break;
 
 /* each thread's scratch block, grown to the widest asked for and kept; null when out of memory */
 static uint16_t *q8_scratch(int64_t n) {
