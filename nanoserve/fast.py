@@ -235,9 +235,9 @@ def q4_pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size
     """int4 codes q [out, in] (0..15) with a scale and a zero per group of `group_size` inputs ([out, in / group_size],
     w = (q - 8) * scale + zero) in the int4 products' layout (uint8): a head with the group size, then blocks of 32
     columns, group by group, each group's scales and corrections and then its codes two to a byte; None where it does
-    not apply (no kernel, `in` not a multiple of 32 or of the group)."""
+    not apply (no kernel, `in` not a multiple of 32 or of the group, or a group not a multiple of 16)."""
     out, inp = q.shape
-    ok = q.device.type == 'cpu' and q.dim() == 2 and inp % 32 == 0 and inp % group_size == 0 and group_size % 2 == 0
+    ok = q.device.type == 'cpu' and q.dim() == 2 and inp % 32 == 0 and inp % group_size == 0 and group_size % 16 == 0
     if not ok or (lib := amx_kernel()) is None: return None
     packed = torch.empty(lib.q4_packed_size(out, inp, group_size), dtype=torch.uint8)
     q, scale, zero = q.to(torch.uint8).contiguous(), scale.float().contiguous(), zero.float().contiguous()

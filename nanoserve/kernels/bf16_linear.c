@@ -406,7 +406,7 @@ static inline int64_t q4_block_bytes(int64_t K, int64_t g) { return K / g * (2 *
 
 int64_t q4_packed_size(int64_t N, int64_t K, int64_t g) { return 64 + (N + Q4_NB - 1) / Q4_NB * q4_block_bytes(K, g); }
 
-/* q [N][K] codes (uint8, 0..15), s and z [N][K / g] float32; K a multiple of g, g of 2 */
+/* q [N][K] codes (uint8, 0..15), s and z [N][K / g] float32; K a multiple of g, g of 16 */
 void q4_pack(const uint8_t *q, const float *s, const float *z, uint8_t *p, int64_t N, int64_t K, int64_t g) {
     int64_t nblocks = (N + Q4_NB - 1) / Q4_NB, G = K / g, bb = q4_block_bytes(K, g);
     memset(p, 0, 64);
@@ -471,12 +471,12 @@ TGT static inline __attribute__((always_inline)) void q4_pass(const int32_t *xt,
 
 /* y = x @ w.T (+ b) in bfloat16 over q4_pack's layout, any number of rows; x in panels of Q4_ROWS rows with their
    pairs transposed and each row's group sums beside them, the blocks split across threads.  1 when out of memory,
-   2 when K is not a multiple of g (or g of 2). */
+   2 when K is not a multiple of g (or g of 16). */
 TGT int q4_linear(const uint16_t *x, const void *packed, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N,
                   int64_t K, int nthreads) {
     int64_t g;
     memcpy(&g, packed, 8);
-    if (g < 2 || g % 2 || K % g) return 2;
+    if (g < 16 || g % 16 || K % g) return 2;
     int64_t nblocks = (N + Q4_NB - 1) / Q4_NB, K2 = K / 2, G = K / g, bb = q4_block_bytes(K, g);
     int64_t panels = (M + Q4_ROWS - 1) / Q4_ROWS, ld = M > 1 ? Q4_ROWS : 1;
     const uint8_t *p = (const uint8_t *)packed + 64;
@@ -492,14 +492,11 @@ TGT int q4_linear(const uint16_t *x, const void *packed, const uint16_t *bias, u
                 if (M > 1)
                     for (int64_t k = 0; k < K2; k++) xt[q * Q4_ROWS * K2 + k * Q4_ROWS + m % Q4_ROWS] = xd[m * K2 + k];
                 for (int64_t gi = 0; gi < G; gi++) {
-                    float sum = 0.0f;
-                    for (int64_t k = gi * g; k < (gi + 1) * g; k++) {
-                        uint32_t u = (uint32_t)x[m * K + k] << 16;
-                        float f;
-                        memcpy(&f, &u, 4);
-                        sum += f;
-                    }
-                    xs[q * Q4_ROWS * G + gi * ld + m % Q4_ROWS] = sum;
+                    __m512 sum = _mm512_setzero_ps();          /* 16 lanes of float32 sums, added up at the end */
+                    for (int64_t k = gi * g; k < (gi + 1) * g; k += 16)
+                        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+                                  _mm256_loadu_si256((const __m256i *)(x + m * K + k))), 16)));
+                    xs[q * Q4_ROWS * G + gi * ld + m % Q4_ROWS] = _mm512_reduce_add_ps(sum);
                 }
             }
         _Pragma("omp barrier")
