@@ -25,7 +25,7 @@ FAMILIES = [
     dict(folder='zen4', title='AMD Zen 4 VM', date='2026-12-04', commits='beff1e6, 7b7101f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
     dict(folder='zen5', title='AMD Zen 5 VM', date='2026-12-03 and 2026-12-05',
-         commits='713fff7, cf295c6, fc2a1ff, 5a1ebc4, 0509de0',
+         commits='713fff7, cf295c6, fc2a1ff, 5699a65, 0509de0',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('goodput', 'goodput.csv'),
                ('openvino', 'openvino.csv'), ('quant', 'quant_speed.csv'), ('memory', 'memory.csv'),
                ('ab', 'device_discipline_ab.csv')]),
