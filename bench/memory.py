@@ -1,6 +1,6 @@
 """Peak resident memory of `nanoserve generate` beside its budget: the weights + the KV pool + 0.5 GB.
 
-    python bench/memory.py [--models default,llama-1b] [--modes default,no-batch-invariant] [--out DIR]
+    python bench/memory.py [--models default,llama-1b] [--modes default,no-batch-invariant,int8,int4] [--out DIR]
     python bench/memory.py --pythonpath OLD_CHECKOUT --label before ...      # another tree's nanoserve, same venv
 
 For each model and mode, `/usr/bin/time -v` runs `nanoserve generate` (one short prompt, 16 tokens, `--num-kv-blocks`
@@ -13,7 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_EXTRA = 0.5 * 2**30          # the runtime's allowance beside the weights and the KV pool
-MODES = {'default': [], 'no-batch-invariant': ['--no-batch-invariant'], 'no-pack-weights': ['--no-pack-weights']}
+MODES = {'default': [], 'no-batch-invariant': ['--no-batch-invariant'], 'no-pack-weights': ['--no-pack-weights'],
+         'int8': ['--quantization', 'int8'], 'int4': ['--quantization', 'int4']}
 LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048, tie_word_embeddings=True,
                 rope_theta=500000.0)
