@@ -7,14 +7,14 @@ CPU?), or bfloat16 against its quantized modes.
     python bench/capture_cpu.py --dtypes bfloat16 --arms eager,int8,int4 --rows 1,32 --name quant_speed
 
 Each arm is an engine built as `nanoserve generate` builds it (`build_engine`, the default model, max batch 32,
-max_model_len 256): `eager` without the capture, `recorded` with the three capture flags and the CPU's default recorder
-(the decode call where the model takes it), `compile` with the compile recorder named, `int8` and `int4` eager with
-the decoder layers quantized at load. All arms of a dtype are built
-once, in this one process, and, after a first run each, each row bucket R is measured on every arm in turn, round after round, the arms' order
-flipped each round, so the machine's drift falls on all alike. A measurement: R random-token prompts of 32 tokens,
-64 greedy tokens each (ignore_eos), submitted together; the median step time over the run is a pure-decode step at R
-rows (63 of its 64 steps are), and decode tok/s is R over it. Writes OUT/NAME.csv and OUT/NAME.txt (NAME: --name,
-default capture_cpu) with the machine and the command.
+max_model_len 256): `eager` without the capture, `recorded` with the three capture flags and the CPU's default
+recorder (the decode call where the model takes it), `compile` with the compile recorder named, `int8` and `int4`
+eager with the decoder layers quantized at load. All arms of a dtype are built once, in this one process, and, after a
+first run each, each row bucket R is measured on every arm in turn, round after round, the arms' order flipped each
+round, so the machine's drift falls on all alike. A measurement: R random-token prompts of 32 tokens, 64 greedy tokens
+each (ignore_eos), submitted together; the median step time over the run is a pure-decode step at R rows (63 of its 64
+steps are), and decode tok/s is R over it. Writes OUT/NAME.csv and OUT/NAME.txt (NAME: --name, default capture_cpu)
+with the machine and the command.
 """
 import argparse, statistics, sys
 from pathlib import Path
@@ -25,6 +25,12 @@ from nanoserve.offline_bench import make_workload, run_nanoserve, write_csv, mac
 CAPTURE = dict(bucket_decode=True, persist_inputs=True, capture_decode=True)
 ARMS = {'eager': {}, 'recorded': CAPTURE, 'compile': {**CAPTURE, 'capture_recorder': 'compile'},
         'int8': {'quantization': 'int8'}, 'int4': {'quantization': 'int4'}}
+
+
+def med_of(results: list[dict], dtype: str, rows: int, arm: str) -> float:
+    "The median decode tok/s of one arm at one row count over the rounds so far."
+    return statistics.median(x['decode_tok_s'] for x in results
+                             if (x['dtype'], x['rows'], x['arm']) == (dtype, rows, arm))
 
 
 def main():
@@ -58,10 +64,11 @@ def main():
                     r = run_nanoserve(engines[arm], w, arm)
                     results.append(dict(dtype=dtype, rows=R, arm=arm, round=k + 1,
                                         recorder=engines[arm].boot.recorder if engines[arm].boot else '',
-                                        step_ms_p50=round(r.step_ms_p50, 3), decode_tok_s=round(R / r.step_ms_p50 * 1e3, 1),
+                                        step_ms_p50=round(r.step_ms_p50, 3),
+                                        decode_tok_s=round(R / r.step_ms_p50 * 1e3, 1),
                                         output_tok_s=round(r.output_tok_s, 1), machine=machine()))
             print(f"[{dtype}] rows {R}: " + ', '.join(
-                f"{a} {statistics.median(x['decode_tok_s'] for x in results if (x['dtype'], x['rows'], x['arm']) == (dtype, R, a)):.1f}"
+                f"{a} {med_of(results, dtype, R, a):.1f}"
                 for a in arms) + ' decode tok/s', file=sys.stderr, flush=True)
         del engines
     write_csv(results, out/f'{args.name}.csv')
@@ -73,8 +80,7 @@ def main():
     lines.append(head)
     for dtype in args.dtypes.split(','):
         for R in rows_list:
-            med = {a: statistics.median(x['decode_tok_s'] for x in results if (x['dtype'], x['rows'], x['arm']) == (dtype, R, a))
-                   for a in arms}
+            med = {a: med_of(results, dtype, R, a) for a in arms}
             ratios = ''.join(f" {med[a] / med['eager']:>15.2f}x" for a in arms if a != 'eager' and 'eager' in med)
             lines.append(f"{dtype:9} {R:>4} " + ' '.join(f"{med[a]:>10.1f}" for a in arms) + ratios)
     text = '\n'.join(lines)

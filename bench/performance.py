@@ -93,11 +93,12 @@ def llamacpp_rows(rows: list[dict]) -> list[str]:
     return out
 
 def goodput_rows(rows: list[dict]) -> list[str]:
-    "The goodput sweep: each server's highest open-loop rate at which the share of requests within the objectives passed."
+    "The goodput sweep: each server's highest open-loop rate at which enough requests met the objectives."
     best = lambda server: max(float(r['rate']) for r in rows if r['server'] == server and r['passed'] == 'True')
     slo = ' and '.join(f"{k.upper()} <= {v} ms" for k, v in (x.split(':') for x in rows[0]['slo'].split(',')))
     n = next(r['num_requests'] for r in rows)
-    what = f"server goodput: the highest rate with {float(rows[0]['min_share']):.0%} of {n} requests within {slo}, req/s"
+    share = f"{float(rows[0]['min_share']):.0%}"
+    what = f"server goodput: the highest rate with {share} of {n} requests within {slo}, req/s"
     return [row(what, rows[0]['dtype'], best('nanoserve'), 'vLLM (CPU)', best('vllm'))]
 
 def openvino_rows(rows: list[dict]) -> list[str]:
@@ -113,7 +114,7 @@ def openvino_rows(rows: list[dict]) -> list[str]:
     return out
 
 def quant_rows(rows: list[dict]) -> list[str]:
-    "nanoserve's quantized modes against its own bfloat16 at one row and the widest: decode tok/s, medians of the rounds."
+    "nanoserve's quantized modes against its bfloat16 at the fewest and most rows: decode tok/s, medians of the rounds."
     out = []
     for rows_n in (min(int(r['rows']) for r in rows), max(int(r['rows']) for r in rows)):
         base = [r for r in rows if r['arm'] == 'eager' and int(r['rows']) == rows_n]
@@ -125,7 +126,7 @@ def quant_rows(rows: list[dict]) -> list[str]:
     return out
 
 def memory_rows(rows: list[dict]) -> list[str]:
-    "Peak resident memory of `nanoserve generate` (the latest label) against the issue's budget: weights + KV pool + 0.5 GB."
+    "Peak resident memory of `nanoserve generate` (the latest label) against the budget: weights + KV pool + 0.5 GB."
     last = rows[-1]['label']
     out = []
     for r in (r for r in rows if r['label'] == last):

@@ -77,9 +77,9 @@ def test_compiled_decode_of_the_fast_layers_matches_the_reference(peaky):
     prompts = [[5, 9, 17], [3, 4, 5, 6, 7]]
     ref = Engine.build(peaky, config=EngineConfig(dtype='float32', fuse_projections=False, gemv=False, pack_weights=False))
     want = [[o.token_ids for o in ref.generate([p], params, use_tqdm=False)] for p in prompts]
-    eng = build_engine(peaky, EngineConfig(dtype='float32', bucket_decode=True, persist_inputs=True, capture_decode=True, max_batch_size=2, warm_width=128,
-                                           capture_recorder='compile'),
-                       batch=PersistentBatch)
+    cfg = EngineConfig(dtype='float32', bucket_decode=True, persist_inputs=True, capture_decode=True, max_batch_size=2,
+                       warm_width=128, capture_recorder='compile')
+    eng = build_engine(peaky, cfg, batch=PersistentBatch)
     got = [[o.token_ids for o in eng.generate([p], params, use_tqdm=False)] for p in prompts]
     assert got == want
     s = eng.decode_path.stats

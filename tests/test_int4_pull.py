@@ -68,8 +68,8 @@ def test_loads_without_float_projections_and_computes_what_the_float_pull_does(i
     layers = [mod for l in m.model.layers for mod in (l.self_attn.qkv_proj, l.self_attn.o_proj, l.mlp.gate_up_proj, l.mlp.down_proj)]
     assert all(isinstance(x, Int4Linear) and x.group_size == 32 for x in layers)
     assert not [n for n, p in m.named_parameters() if p.device.type == 'meta']
-    # 4 bits of code, and per 32 weights a float32 scale and correction (nanoserve's int4 layout, with a 64-byte head a layer: 6 bits a
-    # weight) or a bfloat16 scale and zero (PyTorch's: 5 bits)
+    # 4 bits of code, and per 32 weights a float32 scale and correction (nanoserve's int4 layout, with a 64-byte head
+    # a layer: 6 bits a weight) or a bfloat16 scale and zero (PyTorch's: 5 bits)
     packed = layers[0].q4 is not None
     assert weight_bytes(m) - embedding_and_norms == projections * (6 if packed else 5) // 8 + 64 * len(layers) * packed
     ref, got = logits(speed_up(load_model(default_model))), logits(m)

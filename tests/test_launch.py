@@ -45,7 +45,8 @@ def test_cpu_default_recorder_server_matches_eager(tiny, peaky, kind, recorder):
     here), else `compile` (head size 8: no decode-attention kernel); warmed before serving; eager's tokens."""
     path = peaky if kind == 'peaky' else tiny(kind)
     prompts = ['hello world', 'the capital of France is', 'abc xyz']
-    flags = ('--dtype', 'float32', '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny', '--device', 'cpu')
+    flags = ('--dtype', 'float32', '--max-batch-size', '2', '--max-model-len', '256', '--served-model-name', 'tiny',
+             '--device', 'cpu')
     with spawn_server(path, *flags, '--cuda-graphs') as (url, _):
         cg = httpx.get(url + '/health').json()['cuda_graphs']
         assert (cg['recorder'], cg['warm'], cg['count'], cg['recorded']) == (recorder, True, 4, 4)

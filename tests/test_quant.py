@@ -120,13 +120,16 @@ def test_quantized_shards_equal_one_process(peaky_wide, mode):
     try:
         assert [o.token_ids for o in two.generate(prompts, sp, use_tqdm=False)] == [o.token_ids for o in one.generate(prompts, sp, use_tqdm=False)]
         r0, r1 = two.model.tensor_parallel.weight_bytes
-        every = sum(p.numel() * p.element_size() for n, p in one.model.named_parameters() if n.endswith(('norm.weight', 'o_proj.scales', 'down_proj.scales')))
-        # int8 in the int8 product's layout: a row-parallel layer's scales (float32, its outputs padded to 16) are its layout's head, on every rank
+        replicated = ('norm.weight', 'o_proj.scales', 'down_proj.scales')
+        every = sum(p.numel() * p.element_size() for n, p in one.model.named_parameters() if n.endswith(replicated))
+        # int8 in the int8 product's layout: a row-parallel layer's scales (float32, its outputs padded to 16) are its
+        # layout's head, on every rank
         every += sum(4 * ((m.out_features + 15) // 16 * 16) for n, m in one.model.named_modules()
                      if n.endswith(('o_proj', 'down_proj')) and getattr(m, 'q8', None) is not None)
-        half = (weight_bytes(one.model) - every) // 2 + every                 # norms and int8's row scales on every rank
-        # int4 in nanoserve's layout: each rank's columns padded to blocks of 32 and a 64-byte head per layer, so about half
-        assert r0 == r1 and two.model.quantization == mode and (r0 == half if mode == 'int8' else half <= r0 <= 1.03 * half)
+        half = (weight_bytes(one.model) - every) // 2 + every           # norms and int8's row scales on every rank
+        # int4 in nanoserve's layout: each rank's columns padded to blocks of 32, a 64-byte head a layer: about half
+        assert r0 == r1 and two.model.quantization == mode
+        assert r0 == half if mode == 'int8' else half <= r0 <= 1.03 * half
     finally: two.close()
 
 def test_quantized_shards_through_the_command(peaky_wide):
@@ -141,32 +144,40 @@ def test_quantized_shards_through_the_command(peaky_wide):
 @pytest.mark.parametrize('mode', ['int8', 'int4'])
 @pytest.mark.parametrize('pack', [True, False])
 def test_quantized_products_of_both_kernels_within_the_bound(mode, pack):
-    """nanoserve's product (the layer's `q8` or `q4`, where this CPU has the kernel) and PyTorch's (pack=False): each within the bound, and
-    the weight held once."""
+    """nanoserve's product (the layer's `q8` or `q4`, where this CPU has the kernel) and PyTorch's (pack=False): each
+    within the bound, and the weight held once."""
     g = torch.Generator().manual_seed(7)
     w, b = torch.randn(80, 256, generator=g) * 2, torch.randn(80, generator=g)
     x = torch.randn(20, 256, generator=g).bfloat16()
     layer = Int8Linear(w, b, pack=pack) if mode == 'int8' else Int4Linear(w, b, 64, pack=pack)
     own, torch_copy = (layer.q8, layer.qweight) if mode == 'int8' else (layer.q4, layer.packed)
-    if pack and own is None: pytest.skip("this CPU has no bfloat16 dot products: nanoserve's quantized products are not built here")
+    if pack and own is None:
+        pytest.skip("this CPU has no bfloat16 dot products: nanoserve's quantized products are not built here")
     assert (own is None) == (not pack) and (torch_copy is None) == pack          # one copy of the weight, not two
     exact = x.float() @ w.T + b
-    step = quantize_int8(w)[1][:, None].expand(-1, 256) if mode == 'int8' else quantize_int4(w, 64)[1].repeat_interleave(64, 1)
-    assert ((layer(x).float() - exact).abs() <= x.float().abs() @ (step / 2).T + 2 ** -7 * (x.float().abs() @ w.abs().T + exact.abs())).all()
+    if mode == 'int8': step = quantize_int8(w)[1][:, None].expand(-1, 256)
+    else: step = quantize_int4(w, 64)[1].repeat_interleave(64, 1)
+    bound = x.float().abs() @ (step / 2).T + 2 ** -7 * (x.float().abs() @ w.abs().T + exact.abs())
+    assert ((layer(x).float() - exact).abs() <= bound).all()
 
 @pytest.mark.parametrize('mode,kind', [('int8', 'q8'), ('int4', 'q4')])
 def test_quantized_decode_call_gives_the_layers_tokens_and_logprobs(tiny, mode, kind):
-    """A bfloat16 model with int8 or int4 layers takes the decode call (its layers' products through nanoserve's quantized kernel, the LM head
-    through the bfloat16 one): greedy and seeded tokens and logprobs equal to the quantized layers' own forward, step for step."""
+    """A bfloat16 model with int8 or int4 layers takes the decode call (its layers' products through nanoserve's
+    quantized kernel, the LM head through the bfloat16 one): greedy and seeded tokens and logprobs equal to the
+    quantized layers' own forward, step for step."""
     from nanoserve.fast import amx_kernel
-    if amx_kernel() is None: pytest.skip("this CPU has no bfloat16 dot products: no quantized product kernel and no bfloat16 decode call here")
+    if amx_kernel() is None:
+        pytest.skip("this CPU has no bfloat16 dot products: no quantized product kernel and no bfloat16 decode call "
+                    "here")
     path = tiny('llama_untied_mha')                     # head size 16: the decode-attention kernel has a version for it
-    kw = dict(dtype='bfloat16', quantization=mode, quantize=quantize_model, max_batch_size=4, max_model_len=256, quant_group_size=32 if mode == 'int4' else None)
+    kw = dict(dtype='bfloat16', quantization=mode, quantize=quantize_model, max_batch_size=4, max_model_len=256,
+              quant_group_size=32 if mode == 'int4' else None)
     call, layers = build_engine(path, **kw), build_engine(path, **kw, decode_call=False)
     assert call.runner.decode_call is not None and call.runner.decode_call.quant == kind, call.runner.decode_call_off
     assert layers.runner.decode_call is None
     prompts = [[5, 6, 7], list(range(10, 60)), [9] * 12, [40, 41]]
-    params = [SamplingParams(max_tokens=20, temperature=t, seed=i, logprobs=2, ignore_eos=True) for i, t in enumerate((0, 0.8, 0, 1.0))]
+    params = [SamplingParams(max_tokens=20, temperature=t, seed=i, logprobs=2, ignore_eos=True)
+              for i, t in enumerate((0, 0.8, 0, 1.0))]
     got, want = call.generate(prompts, params, use_tqdm=False), layers.generate(prompts, params, use_tqdm=False)
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     assert [o.logprobs for o in got] == [o.logprobs for o in want]

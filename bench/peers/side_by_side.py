@@ -189,8 +189,9 @@ def goodput_main(args, table_, names, name, path, out):
     def plan_at(rate: float):
         "The plan of a rate: the warm-up's lengths, prompts of a seed of its own (saved beside the warm-up's)."
         if rate not in plans:
-            plans[rate] = make_plan(args.goodput_requests, parse_lengths(args.input_len), parse_lengths(args.output_len),
-                                    seed=args.seed + 1 + round(1000 * rate), tokenizer=Tokenizer.from_dir(path))
+            lengths = parse_lengths(args.input_len), parse_lengths(args.output_len)
+            plans[rate] = make_plan(args.goodput_requests, *lengths, seed=args.seed + 1 + round(1000 * rate),
+                                    tokenizer=Tokenizer.from_dir(path))
             plans[rate].save(out/f'goodput.plan.{rate:g}.json')
         return plans[rate]
     t0 = time.monotonic()
