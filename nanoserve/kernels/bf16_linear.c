@@ -83,16 +83,25 @@ int amx_enable(void) {
    in size. */
 int64_t amx_packed_size(int64_t N, int64_t K) { return (N + 15) / 16 * 16 * K; }
 
-void amx_pack(const uint16_t *w, uint16_t *p, int64_t N, int64_t K) {
+/* the blocks of w [N, K] (elements of es bytes: 2, or 1 for the int8 layout) into p, columns past N zeros */
+static inline __attribute__((always_inline)) void pack_blocks(const char *w, char *p, int64_t N, int64_t K,
+                                                              const int es) {
     int64_t Np = (N + 15) / 16 * 16;
     #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < (Np + NB - 1) / NB; b++) {
         int64_t n0 = b * NB, nb = min64(NB, Np - n0);
         for (int64_t k = 0; k < K / 2; k++)
             for (int64_t j = 0; j < nb; j++)
-                for (int64_t d = 0; d < 2; d++)
-                    p[n0 * K + (k * nb + j) * 2 + d] = n0 + j < N ? w[(n0 + j) * K + 2 * k + d] : 0;
+                for (int64_t d = 0; d < 2; d++) {
+                    int64_t to = n0 * K + (k * nb + j) * 2 + d, from = (n0 + j) * K + 2 * k + d;
+                    if (es == 2) ((uint16_t *)p)[to] = n0 + j < N ? ((const uint16_t *)w)[from] : 0;
+                    else p[to] = n0 + j < N ? w[from] : 0;
+                }
     }
+}
+
+void amx_pack(const uint16_t *w, uint16_t *p, int64_t N, int64_t K) {
+    pack_blocks((const char *)w, (char *)p, N, K, 2);
 }
 
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tilecfg;
@@ -157,12 +166,29 @@ TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt
     store_rows(out, ldo, c, mr, ncols, bias, scale);
 }
 /* a pass of n rows (its panel starts m * K/2 words in): a whole block with nv known to the compiler, the last one
-   (fewer columns) with nv as it comes */
-#define DOT(n) case n: \
-    if (nb == NB) dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), \
-                           bias ? bias + n0 : 0, 0, n, NV, 0); \
-    else dot_pass(xt + m * K2, ld, K, p + n0 * K, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, 0, \
-                  n, (int)(nb / 16), 0); break;
+   (fewer columns) with nv as it comes; an int8 block widened as read, or (past one pass) from its widened scratch */
+#define PASS(n) case n: \
+    if (scratch && nb == NB) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
+                                      bias ? bias + n0 : 0, sc, n, NV, 0); \
+    else if (scratch) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
+                               bias ? bias + n0 : 0, sc, n, (int)(nb / 16), 0); \
+    else if (nb == NB) dot_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), \
+                                bias ? bias + n0 : 0, sc, n, NV, q8); \
+    else dot_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, sc, \
+                  n, (int)(nb / 16), q8); break;
+
+/* each thread's scratch block for the int8 products, grown to the widest asked for and kept; null when out of
+   memory */
+static uint16_t *q8_scratch(int64_t n) {
+    static __thread uint16_t *buf;
+    static __thread int64_t cap;
+    if (n > cap) {
+        free(buf);
+        cap = (n + 4095) / 4096 * 4096;
+        if (!(buf = aligned_alloc(64, cap * 2))) cap = 0;
+    }
+    return buf;
+}
 
 /* A product of one row reads each weight once whatever it does with it, and the dot products keep more of the
    memory's rate than the tiles (which load a 16-row tile of x that is all zeros but one row, and 16 weight rows 256
@@ -171,9 +197,12 @@ TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt
    rows has enough arithmetic to cover the first one's memory stream, where a pass of 4 waited on it.  x goes in
    panels of PASS_ROWS rows, each with its pairs transposed ([K/2][PASS_ROWS] words), so a pass reads its rows front
    to back: with one transpose of all M rows a pass read K/2 lines M * 4 bytes apart, a page each at a prefill's
-   1,024 rows, and ran at 40% of oneDNN's rate there.  1 when out of memory. */
-TGT static int dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M,
-                          int64_t N, int64_t K, int nthreads) {
+   1,024 rows, and ran at 40% of oneDNN's rate there.  1 when out of memory.
+   With q8 (a constant at each call), w is an int8 layout's blocks and scale its columns' scales (the int8 products
+   below); past PASS_ROWS rows each int8 block is widened once into the thread's scratch block for all its passes
+   (1 too when that cannot be had). */
+TGT static inline __attribute__((always_inline)) int dot_products(const uint16_t *x, const void *w, const float *scale,
+        const uint16_t *bias, uint16_t *out, int64_t M, int64_t N, int64_t K, int nthreads, const int q8) {
     int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, K2 = K / 2;
     const int32_t *xd = (const int32_t *)x;              /* a pair of bfloat16 inputs as one 32-bit word */
     int32_t *xt = (int32_t *)xd;                         /* one row is its own transpose */
@@ -184,6 +213,7 @@ TGT static int dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *
        the blocks stream by (a prefill's thousands of rows were read once a block: 7% behind oneDNN at 4,096) */
     int64_t mc = (1 << 19) / (K * 2) / PASS_ROWS * PASS_ROWS;
     if (mc < PASS_ROWS) mc = PASS_ROWS;
+    int failed = 0;
     #pragma omp parallel num_threads(nthreads)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -194,19 +224,34 @@ TGT static int dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *
                         xt[q * PASS_ROWS * K2 + k * PASS_ROWS + m % PASS_ROWS] = xd[m * K2 + k];
             _Pragma("omp barrier")
         }
-        for (int64_t c0 = 0; c0 < M; c0 += mc)
-            for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
-                int64_t n0 = b * NB, nb = min64(NB, Np - n0);
-                for (int64_t m = c0; m < min64(M, c0 + mc); m += PASS_ROWS)
-                    switch (min64(PASS_ROWS, M - m)) { DOT(1) DOT(2) DOT(3) DOT(4)
+        uint16_t *scratch = q8 && M > PASS_ROWS ? q8_scratch(K * NB) : 0;
+        if (q8 && M > PASS_ROWS && !scratch) {
+            _Pragma("omp atomic write")
+            failed = 1;
+        }
+        else
+            for (int64_t c0 = 0; c0 < M; c0 += mc)
+                for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
+                    int64_t n0 = b * NB, nb = min64(NB, Np - n0);
+                    const void *blk = (const char *)w + n0 * K * (q8 ? 1 : 2);
+                    const float *sc = scale ? scale + n0 : 0;
+                    if (scratch)
+                        for (int64_t i = 0; i < K * nb; i += 32)
+                            _mm512_store_si512(scratch + i, (__m512i)q8_bf16((const int8_t *)blk + i));
+                    for (int64_t m = c0; m < min64(M, c0 + mc); m += PASS_ROWS)
+                        switch (min64(PASS_ROWS, M - m)) { PASS(1) PASS(2) PASS(3) PASS(4)
 #if PASS_ROWS > 4
-                        DOT(5) DOT(6) DOT(7) DOT(8) DOT(9) DOT(10) DOT(11) DOT(12)
+                            PASS(5) PASS(6) PASS(7) PASS(8) PASS(9) PASS(10) PASS(11) PASS(12)
 #endif
-                    }
-            }
+                        }
+                }
     }
     if (xt != xd) free(xt);
-    return 0;
+    return failed;
+}
+TGT static int dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M,
+                          int64_t N, int64_t K, int nthreads) {
+    return dot_products(x, p, 0, bias, out, M, N, K, nthreads, 0);
 }
 
 /* Tiles: 0-3 results (float32, 16 x 16), 4-5 x (16 rows x 32 inputs), 5-7 weights (16 pairs of inputs x 16 columns).
@@ -304,89 +349,17 @@ int64_t q8_packed_size(int64_t N, int64_t K) { int64_t Np = (N + 15) / 16 * 16; 
 void q8_pack(const int8_t *q, const float *scale, uint8_t *p, int64_t N, int64_t K) {
     int64_t Np = (N + 15) / 16 * 16;
     float *s = (float *)p;
-    int8_t *b = (int8_t *)(p + 4 * Np);
     for (int64_t n = 0; n < Np; n++) s[n] = n < N ? scale[n] : 0.0f;
-    #pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < (Np + NB - 1) / NB; blk++) {
-        int64_t n0 = blk * NB, nb = min64(NB, Np - n0);
-        for (int64_t k = 0; k < K / 2; k++)
-            for (int64_t j = 0; j < nb; j++)
-                for (int64_t d = 0; d < 2; d++)
-                    b[n0 * K + (k * nb + j) * 2 + d] = n0 + j < N ? q[(n0 + j) * K + 2 * k + d] : 0;
-    }
+    pack_blocks((const char *)q, (char *)(p + 4 * Np), N, K, 1);
 }
 
-/* a pass of n rows over an int8 block: converted as read (one pass takes every row), else from the scratch block */
-#define Q8(n) case n: \
-    if (scratch && nb == NB) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
-                                      bias ? bias + n0 : 0, scale + n0, n, NV, 0); \
-    else if (scratch) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
-                               bias ? bias + n0 : 0, scale + n0, n, (int)(nb / 16), 0); \
-    else if (nb == NB) dot_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), \
-                                bias ? bias + n0 : 0, scale + n0, n, NV, 1); \
-    else dot_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, scale + n0, \
-                  n, (int)(nb / 16), 1); break;
-
-/* each thread's scratch block, grown to the widest asked for and kept; null when out of memory */
-static uint16_t *q8_scratch(int64_t n) {
-    static __thread uint16_t *buf;
-    static __thread int64_t cap;
-    if (n > cap) {
-        free(buf);
-        cap = (n + 4095) / 4096 * 4096;
-        if (!(buf = aligned_alloc(64, cap * 2))) cap = 0;
-    }
-    return buf;
-}
-
-/* y = x @ (q * scale).T (+ b) in bfloat16 over q8_pack's layout, any number of rows; x's panels, chunks and the split
-   of blocks across threads as dot_linear has them.  1 when out of memory, 2 when K is not a multiple of 32. */
+/* y = x @ (q * scale).T (+ b) in bfloat16 over q8_pack's layout, any number of rows: dot_linear's passes over int8
+   blocks.  1 when out of memory, 2 when K is not a multiple of 32. */
 TGT int q8_linear(const uint16_t *x, const void *packed, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N,
                   int64_t K, int nthreads) {
     if (K % 32) return 2;
-    int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, K2 = K / 2;
-    const float *scale = (const float *)packed;
-    const int8_t *p = (const int8_t *)((const char *)packed + 4 * Np);
-    const int32_t *xd = (const int32_t *)x;
-    int32_t *xt = (int32_t *)xd;
-    int64_t ld = M > 1 ? PASS_ROWS : 1, panels = (M + PASS_ROWS - 1) / PASS_ROWS;
-    if (M > 1 && !(xt = malloc(panels * PASS_ROWS * K2 * 4))) return 1;
-    int64_t mc = (1 << 19) / (K * 2) / PASS_ROWS * PASS_ROWS;
-    if (mc < PASS_ROWS) mc = PASS_ROWS;
-    int failed = 0;
-    #pragma omp parallel num_threads(nthreads)
-    {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        if (M > 1) {
-            for (int64_t q = panels * t / nt; q < panels * (t + 1) / nt; q++)
-                for (int64_t m = q * PASS_ROWS; m < min64(M, (q + 1) * PASS_ROWS); m++)
-                    for (int64_t k = 0; k < K2; k++)
-                        xt[q * PASS_ROWS * K2 + k * PASS_ROWS + m % PASS_ROWS] = xd[m * K2 + k];
-            _Pragma("omp barrier")
-        }
-        uint16_t *scratch = M > PASS_ROWS ? q8_scratch(K * NB) : 0;
-        if (M > PASS_ROWS && !scratch) {
-            _Pragma("omp atomic write")
-            failed = 1;
-        }
-        else
-            for (int64_t c0 = 0; c0 < M; c0 += mc)
-                for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
-                    int64_t n0 = b * NB, nb = min64(NB, Np - n0);
-                    const int8_t *blk = p + n0 * K;
-                    if (scratch)
-                        for (int64_t i = 0; i < K * nb; i += 32)
-                            _mm512_store_si512(scratch + i, (__m512i)q8_bf16(blk + i));
-                    for (int64_t m = c0; m < min64(M, c0 + mc); m += PASS_ROWS)
-                        switch (min64(PASS_ROWS, M - m)) { Q8(1) Q8(2) Q8(3) Q8(4)
-#if PASS_ROWS > 4
-                            Q8(5) Q8(6) Q8(7) Q8(8) Q8(9) Q8(10) Q8(11) Q8(12)
-#endif
-                        }
-                }
-    }
-    if (xt != xd) free(xt);
-    return failed;
+    int64_t Np = (N + 15) / 16 * 16;
+    return dot_products(x, (const char *)packed + 4 * Np, (const float *)packed, bias, out, M, N, K, nthreads, 1);
 }
 
 /* Int4 weights in groups.  Codes q in 0..15 with a scale s and a zero z per group of g inputs and column
