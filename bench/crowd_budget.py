@@ -41,7 +41,8 @@ def main():
     for k in range(args.rounds):
         for b in (budgets if k % 2 == 0 else budgets[::-1]):
             r = run(b, args, f'b{b}-r{k + 1}')
-            rows.append({'budget': b, 'round': k + 1, **{m: round(float(r[m]), 2) for m in METRICS}})
+            rows.append({'budget': b, 'round': k + 1, **{m: round(float(r[m]), 2) for m in METRICS},
+                         'machine': machine()})
             print(f"round {k + 1}, budget {b}: " + ', '.join(f"{m} {rows[-1][m]}" for m in METRICS),
                   file=sys.stderr, flush=True)
     with (out/'crowd_budget.csv').open('w', newline='') as f:
