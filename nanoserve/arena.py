@@ -4,11 +4,12 @@
 
 # %% ../nbs/06_arena.ipynb #ar000004
 from __future__ import annotations
-import mmap, re
+import ctypes, math, mmap, re, sys
 import torch
 
 # %% auto #0
-__all__ = ['HUGE_PAGE', 'ARENA_ALIGN', 'thp_mode', 'huge_buffer', 'arena_views', 'into_arena', 'huge_page_bytes']
+__all__ = ['HUGE_PAGE', 'ARENA_ALIGN', 'MADV_DONTNEED', 'thp_mode', 'huge_buffer', 'arena_slots', 'arena_views', 'into_arena',
+           'huge_page_bytes', 'give_back']
 
 # %% ../nbs/06_arena.ipynb #ar000007
 HUGE_PAGE = 2 << 20         # bytes of an x86-64 transparent huge page
@@ -36,18 +37,23 @@ def huge_buffer(nbytes: int) -> torch.Tensor:
     return whole[start:start + nbytes]
 
 # %% ../nbs/06_arena.ipynb #ar000009
+def arena_slots(slots: list[tuple[tuple[int, ...], torch.dtype]]) -> list[torch.Tensor]:
+    """Empty tensors of the given shapes and dtypes, end to end in one `huge_buffer` in the order given, each starting
+    on a 4 KiB boundary: where copies not made yet will go (a page is taken when it is first written)."""
+    nbytes = [math.prod(shape) * dtype.itemsize for shape, dtype in slots]
+    sizes = [-(-n // ARENA_ALIGN) * ARENA_ALIGN for n in nbytes]
+    block, out, off = huge_buffer(sum(sizes)), [], 0
+    for (shape, dtype), n, size in zip(slots, nbytes, sizes):
+        out.append(block[off:off + n].view(dtype).view(shape))
+        off += size
+    return out
+
 def arena_views(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Empty views, one for each of `tensors` (CPU) with its dtype and shape, end to end in one `huge_buffer` in the
     order given, each starting on a 4 KiB boundary: where the copies go."""
     for i, t in enumerate(tensors):
         if t.device.type != 'cpu': raise ValueError(f"tensor {i} is on {t.device}: an arena holds CPU tensors")
-    sizes = [-(-t.numel() * t.element_size() // ARENA_ALIGN) * ARENA_ALIGN for t in tensors]
-    block, out, off = huge_buffer(sum(sizes)), [], 0
-    for t, size in zip(tensors, sizes):
-        n = t.numel() * t.element_size()
-        out.append(block[off:off + n].view(t.dtype).view(t.shape))
-        off += size
-    return out
+    return arena_slots([(tuple(t.shape), t.dtype) for t in tensors])
 
 def into_arena(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     "Copies of `tensors` (CPU) end to end in one `huge_buffer`, in the order given, each starting on a 4 KiB boundary."
@@ -67,3 +73,19 @@ def huge_page_bytes(t: torch.Tensor) -> int | None:
             m = re.search(r'^AnonHugePages:\s+(\d+) kB', block, re.M)
             return int(m.group(1)) * 1024 if m else 0
     return None
+
+MADV_DONTNEED = 4           # Linux's madvise advice: the pages' contents are not needed, their memory can go
+
+def give_back(t: torch.Tensor, start: int, end: int) -> int:
+    """Give the memory of the whole pages inside bytes [start, end) of CPU tensor `t`'s data back to the system
+    (`madvise(MADV_DONTNEED)`), for a tensor whose bytes there will not be read again: they read as zeros if they are.
+    For a weight packed a run of rows at a time, freed as it goes. Returns the bytes given back (0 off Linux)."""
+    if t.device.type != 'cpu': raise ValueError(f"the tensor is on {t.device}: only CPU memory is given back")
+    if not 0 <= start <= end <= t.numel() * t.element_size():
+        raise ValueError(f"bytes {start}..{end} are outside the tensor's {t.numel() * t.element_size()}")
+    page = mmap.PAGESIZE
+    lo, hi = -(-(t.data_ptr() + start) // page) * page, (t.data_ptr() + end) // page * page
+    if hi <= lo or not sys.platform.startswith('linux'): return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), MADV_DONTNEED) != 0: return 0
+    return hi - lo
