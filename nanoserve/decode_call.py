@@ -10,13 +10,13 @@ from torch import nn
 from .core import c_library, kernel_source, named_in_profile
 from .model import CausalLM
 from .kvcache import KVCache
-from .fast import FastLinear, FusedAttention, FusedMLP, amx_kernel, AMX_MAX_ROWS
+from .fast import FastLinear, FusedAttention, FusedMLP, PackedEmbedding, amx_kernel, AMX_MAX_ROWS
 from .f32_linear import f32_kernel, f32_isa, F32_ENTRIES, F32_MAX_ROWS
 from .elementwise import FastRMSNorm, FastRotary, elementwise_kernel
 from .attention import AttentionMetadata, decode_kernel, decode_slots, DECODE_KERNEL_HEAD_SIZES
 
 # %% auto #0
-__all__ = ['DECODE_CALL_C', 'DECODE_CALL_FLAGS', 'DECODE_CALL_DTYPES', 'QUANT_COPIES', 'decode_call_kernel',
+__all__ = ['DECODE_CALL_C', 'DECODE_CALL_FLAGS', 'DECODE_CALL_DTYPES', 'QUANT_COPIES', 'decode_call_kernel', 'embedding_table',
            'decode_call_refusal', 'DecodeCall']
 
 # %% ../nbs/13_decode_call.ipynb #dc000007
@@ -41,7 +41,7 @@ def _declare(lib):
     lib.decode_forward.restype = ctypes.c_int
     lib.decode_forward.argtypes = [_P] * 6 + [_I, _P, _I, _P, ctypes.c_int]
     lib.decode_rows.restype = ctypes.c_int
-    lib.decode_rows.argtypes = [_P, _P, _P, _I, _P, _P, _P, _I, _P, _I, _I, _P, ctypes.c_int, _P, _P]
+    lib.decode_rows.argtypes = [_P, _P, _P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _P, ctypes.c_int, _P, _P]
 
 def decode_call_kernel():
     "The loop's library, built on first use (`c_library`); None where it cannot be built."
@@ -52,6 +52,12 @@ def _ptr(t: torch.Tensor | None) -> int | None: return None if t is None else t.
 
 # the dtypes the call runs, and the packed copy of each product it reads
 DECODE_CALL_DTYPES = {torch.bfloat16: 'amx', torch.float32: 'f32'}
+
+def embedding_table(emb: nn.Embedding | PackedEmbedding) -> tuple[torch.Tensor, int, int, int]:
+    """The table `decode_rows` reads a token's embedding from, its rows, and its layout: (block, pad) of a tied LM
+    head's packed copy (`PackedEmbedding`), (0, 0) for plain rows."""
+    if isinstance(emb, PackedEmbedding): return emb.table, emb.num_embeddings, *emb.layout
+    return emb.weight, emb.weight.shape[0], 0, 0
 
 def _own(p, dtype) -> bool:
     """p is the fast layers' product with its own kernel's copy for `dtype`: the bfloat16 kernel's (AMX's tiles or
@@ -81,7 +87,7 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
                 f"(this model has {fast or 'none of them'})")
     if dt == torch.bfloat16: kernel = "the bfloat16 kernel's product (AMX, or AVX512-BF16's dot products)"
     else: kernel = "the float32 kernel's product (AVX-512 or AVX2)"
-    if type(model.model.embed_tokens) is not nn.Embedding or not _own(model.lm_head, dt):
+    if type(model.model.embed_tokens) not in (nn.Embedding, PackedEmbedding) or not _own(model.lm_head, dt):
         return f'its embedding or LM head is not a plain one with {kernel}'
     if type(model.rotary) is not FastRotary or type(model.model.norm) is not FastRMSNorm:
         return "its rotary embedding or final norm is not the small operators' kernel"
@@ -100,9 +106,9 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
         if not all(type(n) is FastRMSNorm and n.eps == model.model.norm.eps
                    for n in (layer.input_layernorm, layer.post_attention_layernorm)):
             return "a layer's norms are not the small operators' kernel with the model's epsilon"
-    emb, slots = model.model.embed_tokens.weight, cache.slots
-    if not (emb.is_contiguous() and emb.shape[1] == cfg.hidden_size and slots.dtype == torch.int32
-            and slots.is_contiguous()):
+    (emb, _, _, _), slots = embedding_table(model.model.embed_tokens), cache.slots
+    if not (emb.is_contiguous() and emb.dtype == dt and model.model.embed_tokens.embedding_dim == cfg.hidden_size
+            and slots.dtype == torch.int32 and slots.is_contiguous()):
         return ("its embedding table or the cache's slot table is not laid out as the call reads them "
                 "(contiguous; int32 slots)")
     if cfg.head_dim not in DECODE_KERNEL_HEAD_SIZES or cfg.hidden_size % 16:
@@ -154,19 +160,20 @@ class DecodeCall:
                              _ptr(model.lm_head.bias), self._layers)
         self._args = ctypes.byref(self._kernels), ctypes.byref(self._model)
         # laid out as `decode_rows` reads them (decode_call_refusal)
-        emb, slots = model.model.embed_tokens.weight, cache.slots
+        slots = cache.slots
         # `run`'s tokens, rows, contexts and argmaxes, reused every step
         self._lists = [(ctypes.c_int64 * self.max_rows)() for _ in range(4)]
         self.argmax, self.best = argmax, None
         # the logits' width and dtype, read once
         self._out = cfg.vocab_size, model.dtype
-        self._rows_args = (emb.data_ptr(), emb.shape[0], *map(ctypes.addressof, self._lists[:3]))
+        table, rows, block, pad = embedding_table(model.model.embed_tokens)
+        self._rows_args = (table.data_ptr(), rows, block, pad, *map(ctypes.addressof, self._lists[:3]))
         self._table = slots.data_ptr(), slots.shape[0], slots.shape[1]
 
     def _check_pools(self):
         if (self.cache.k.data_ptr(), self.cache.v.data_ptr()) != self._pools:
             raise RuntimeError("the KV pools moved since the decode call was made")
-        moved = (self.cache.slots.data_ptr(), self.model.model.embed_tokens.weight.data_ptr())
+        moved = (self.cache.slots.data_ptr(), embedding_table(self.model.model.embed_tokens)[0].data_ptr())
         if moved != (self._table[0], self._rows_args[0]):
             raise RuntimeError("the slot table or the embedding moved since the decode call was made")
 
@@ -187,7 +194,7 @@ class DecodeCall:
         if not 0 < R <= self.max_rows or R != len(meta.chunks) or input_ids.shape[0] != R: return None
         self._check_pools()
         # [R, hidden]: the embedding, as nn.Embedding looks it up
-        h = self.model.model.embed_tokens.weight.index_select(0, input_ids)
+        h = self.model.model.embed_tokens(input_ids)
         win = decode_slots(self.cache, meta)
         pos, slots, ctx = meta.positions.contiguous(), meta.slot_mapping.contiguous(), meta.decode_context.contiguous()
         logits = torch.empty(R, self.model.config.vocab_size, dtype=self.model.dtype, device=h.device)

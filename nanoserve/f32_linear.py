@@ -9,19 +9,21 @@ import torch
 from .core import c_library, cpu_flags, kernel_source, named_in_profile
 
 # %% auto #0
-__all__ = ['F32_LINEAR_C', 'F32_LINEAR_FLAGS', 'F32_MAX_ROWS', 'F32_ENTRIES', 'f32_isas', 'f32_isa', 'f32_kernel', 'f32_pack',
-           'f32_product']
+__all__ = ['F32_LINEAR_C', 'F32_LINEAR_FLAGS', 'F32_MAX_ROWS', 'F32_ENTRIES', 'f32_isas', 'f32_isa', 'f32_kernel',
+           'f32_packed_numel', 'f32_pack', 'f32_product']
 
 # %% ../nbs/06_f32_linear.ipynb #f3l00007
 F32_LINEAR_C = kernel_source('f32_linear')
 F32_LINEAR_FLAGS = ('-O3', '-fopenmp', '-fPIC', '-shared', '-std=c11')
-# float32 products of at most this many rows (decodes) take the kernel; wider ones oneDNN's packed product
+# the most rows of a decode step the float32 kernel is sized for (a decode call's rows); wider products (prefill
+# chunks) take it too
 F32_MAX_ROWS = 32
 
 def _declare(lib):
     P, I = ctypes.c_void_p, ctypes.c_int64
     lib.f32_packed_size.restype, lib.f32_packed_size.argtypes = I, [I, I]
     lib.f32_pack.restype, lib.f32_pack.argtypes = None, [P, P, I, I]
+    lib.f32_block_cols.restype, lib.f32_block_cols.argtypes = ctypes.c_int, []
     for f in (lib.f32_linear, lib.f32_linear_avx2): f.restype, f.argtypes = None, [P, P, P, P, I, I, I, ctypes.c_int]
 
 # the kernel's version for each instruction set, widest first
@@ -49,14 +51,21 @@ def _lib(): return f32_kernel()         # for the hot path: asked for once, by t
 @functools.cache
 def _linear(): return getattr(_lib(), F32_ENTRIES[f32_isa()])      # this CPU's widest version
 
-def f32_pack(w: torch.Tensor) -> torch.Tensor | None:
-    """w [out, in] in the kernel's layout (blocks of 32 outputs, [in][32] each, for both versions); None where the
-    kernel does not apply."""
+def f32_packed_numel(w: torch.Tensor) -> int | None:
+    "The elements of `w`'s copy in the kernel's layout; None where the kernel does not apply."
     ok = w.device.type == 'cpu' and w.dtype == torch.float32 and w.dim() == 2 and w.numel() > 0
     if not ok or (lib := f32_kernel()) is None: return None
+    return lib.f32_packed_size(*w.shape)
+
+def f32_pack(w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor | None:
+    """w [out, in] in the kernel's layout (blocks of 32 outputs, [in][32] each, for both versions), written into `out`
+    where given (float32, `f32_packed_numel(w)` elements); None where the kernel does not apply."""
+    if (size := f32_packed_numel(w)) is None: return None
+    if out is not None and (out.dtype != torch.float32 or out.numel() != size or not out.is_contiguous()):
+        raise ValueError(f"f32_pack writes {size} contiguous float32 elements, not into {out.dtype} {tuple(out.shape)}")
     w = w.detach().contiguous()
-    packed = torch.empty(lib.f32_packed_size(*w.shape), dtype=torch.float32)
-    lib.f32_pack(w.data_ptr(), packed.data_ptr(), *w.shape)
+    packed = torch.empty(size, dtype=torch.float32) if out is None else out
+    f32_kernel().f32_pack(w.data_ptr(), packed.data_ptr(), *w.shape)
     return packed
 
 def f32_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int,

@@ -12,14 +12,14 @@ from .model import CausalLM, Attention, AttentionBackend
 from .layers import MLP, RotaryEmbedding
 from .core import c_library, cpu_flags, kernel_source, named_in_profile
 from .elementwise import FastRMSNorm, FastRotary, silu_mul, silu_mul_op, small_ops_take
-from .f32_linear import F32_MAX_ROWS, f32_pack, f32_product
-from .arena import arena_views
+from .f32_linear import f32_kernel, f32_pack, f32_packed_numel, f32_product
+from .arena import arena_slots, give_back
 
 # %% auto #0
 __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_reference', 'one_row_product', 'packed_linear',
-           'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_pack', 'amx_product', 'q8_pack', 'q8_product',
-           'q4_pack', 'q4_product', 'FusedAttention', 'FusedMLP', 'speed_up', 'invariant_refusal',
-           'kernel_copies_into_arena', 'release_original']
+           'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_packed_numel', 'amx_pack', 'own_copy',
+           'amx_product', 'q8_pack', 'q8_product', 'q4_pack', 'q4_product', 'FusedAttention', 'FusedMLP', 'speed_up',
+           'invariant_refusal', 'release_original', 'PackedEmbedding']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -37,21 +37,19 @@ def one_row_product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 # %% ../nbs/06_fast.ipynb #c1371631
 @torch.library.custom_op('nanoserve::packed_linear', mutates_args=())
 def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x @ weight.T + bias through the packed copies `FastLinear.pack` leaves on `weight`: the bfloat16 kernel's
-    (`weight.amx`, either build) up to `AMX_MAX_ROWS` rows, the float32 kernel's (`weight.f32`) up to `F32_MAX_ROWS`,
-    oneDNN's (`weight.packed`) beyond, `F.linear` without any; the own kernel's at every row count where
-    `weight.invariant` says so (the batch-invariant mode). An operator of its own, so that a compiled decode step calls
-    it as it is: Inductor cannot trace a packed (mkldnn) tensor, nor a ctypes call."""
+    """x @ weight.T + bias through the packed copy `FastLinear.pack` leaves on `weight`, at every row count: the
+    bfloat16 kernel's (`weight.amx`; the build whose every row count takes one path where `weight.invariant` says so,
+    the batch-invariant mode), the float32 kernel's (`weight.f32`), else oneDNN's (`weight.packed`), `F.linear` without
+    any. An operator of its own, so that a compiled decode step calls it as it is: Inductor cannot trace a packed
+    (mkldnn) tensor, nor a ctypes call."""
     copies = (getattr(weight, name, None) for name in ('amx', 'packed', 'f32'))
     return _product(x, weight, bias, *copies, getattr(weight, 'invariant', False))
 
 def _product(x, weight, bias, amx, packed, f32, invariant=False):
     rows, out = x.shape[0], weight.shape[0]
-    if amx is not None and x.dtype == torch.bfloat16 and 0 < rows and (invariant or rows <= AMX_MAX_ROWS):
-        return amx_product(x, amx, bias, out, invariant)
-    if f32 is not None and x.dtype == torch.float32 and 0 < rows and (invariant or rows <= F32_MAX_ROWS):
-        return f32_product(x, f32, bias, out)
-    if packed is not None and rows > 0:
+    if rows and amx is not None and x.dtype == torch.bfloat16: return amx_product(x, amx, bias, out, invariant)
+    if rows and f32 is not None and x.dtype == torch.float32: return f32_product(x, f32, bias, out)
+    if rows and packed is not None:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, 'none', [], '')
     return F.linear(x, weight, bias)
 
@@ -68,34 +66,44 @@ class FastLinear(nn.Module):
         self.weight = param(weight)                                  # [out, in]
         self.bias = None if bias is None else param(bias)            # [out]
         self.one_row = one_row
-        # the weight in oneDNN's blocked layout, once `pack` has run (not a parameter: a second copy)
-        self.packed = None
-        # the weight in the bfloat16 kernel's layout (either build), once `pack(amx=True)` has run where the kernel
-        # applies (a third copy)
+        # once `pack` has run, one of three copies (not parameters): the weight in the bfloat16 kernel's layout
+        # (either build) where `pack(amx=True)` found the kernel,
         self.amx = None
-        # the weight in the float32 kernel's layout (`f32_pack`), likewise, for a float32 weight on AVX-512F or
-        # AVX2
+        # in the float32 kernel's layout (`f32_pack`), likewise, for a float32 weight on AVX-512F or AVX2,
         self.f32 = None
-        self.is_packed = False  # `packed` or `amx` is there, as a plain flag a traced step can read
-        self.invariant = False  # every row count through the own kernel (`amx` or `f32`): a row's bits ignore its batch
+        # or else in oneDNN's blocked layout
+        self.packed = None
+        self.is_packed = False  # `pack` ran: a plain flag a traced step can read
+        self.invariant = False  # the own bfloat16 kernel's batch-invariant build: a row's bits ignore its batch
 
-    def pack(self, batch_size: int = 32, amx: bool = False, invariant: bool = False) -> bool:
-        """Reorder the weight once for oneDNN's GEMM (CPU, float32 or bfloat16), and with `amx` for nanoserve's own
-        product kernel where one applies: the bfloat16 one (a CPU with AMX or AVX512-BF16) or the float32 one (a CPU
-        with AVX-512F or AVX2). Eager products then take them: the own kernel's up to `AMX_MAX_ROWS` / `F32_MAX_ROWS`
-        rows, oneDNN's beyond. With `invariant` (and `amx`), where the own kernel applies it takes every row count
-        and oneDNN's copy is not made."""
+    def pack(self, batch_size: int = 32, amx: bool = False, invariant: bool = False,
+             into: torch.Tensor | None = None, consume: bool = False) -> bool:
+        """Reorder the weight once for a product kernel (CPU, float32 or bfloat16), which then takes every row count:
+        with `amx`, nanoserve's own where one applies (the bfloat16 one on a CPU with AMX or AVX512-BF16, the float32
+        one on AVX-512F or AVX2), written into `into` where given (a slot of the weight arena of `own_slot()`'s shape);
+        else oneDNN's blocked layout. With `invariant`, the own bfloat16 kernel's build whose every row count takes
+        one path (on AMX; elsewhere it is the one build). With `consume`, the original's pages are given back as the
+        own copy is made (`own_copy`): for a weight released right after."""
         w = self.weight
         if w.device.type != 'cpu' or w.dtype not in (torch.float32, torch.bfloat16): return False
         if not torch.backends.mkldnn.is_available(): return False
-        self.amx = amx_pack(w) if amx else None
-        self.f32 = f32_pack(w) if amx else None
-        self.invariant = invariant and (self.amx is not None or self.f32 is not None)
+        copy = own_copy(w, into, consume) if amx else None
+        self.amx, self.f32 = (copy, None) if w.dtype == torch.bfloat16 else (None, copy)
+        own = self.amx is not None or self.f32 is not None
+        self.invariant = invariant and own
         with torch.no_grad():
-            self.packed = None if self.invariant else torch.ops.mkldnn._reorder_linear_weight(w.detach(), batch_size)
+            self.packed = None if own else torch.ops.mkldnn._reorder_linear_weight(w.detach(), batch_size)
         for name in ('packed', 'amx', 'f32', 'invariant'): setattr(w, name, getattr(self, name))   # for `packed_linear`
         self.is_packed = True
         return True
+
+    def own_slot(self) -> tuple[tuple[int, ...], torch.dtype] | None:
+        """The shape and dtype of the copy `pack(amx=True)` makes for nanoserve's own kernel; None where none applies:
+        what the weight arena plans before any copy is made."""
+        w = self.weight
+        if w.device.type != 'cpu' or not torch.backends.mkldnn.is_available(): return None
+        n = amx_packed_numel(w) if w.dtype == torch.bfloat16 else f32_packed_numel(w)
+        return None if n is None else ((n,), w.dtype)
 
     @classmethod
     def of(cls, *linears: nn.Linear, one_row: bool = True) -> FastLinear:
@@ -131,13 +139,15 @@ class FastLinear(nn.Module):
 # %% ../nbs/06_fast.ipynb #amx00002
 AMX_LINEAR_C = kernel_source('bf16_linear')
 AMX_LINEAR_FLAGS = ('-O3', '-fopenmp', '-fPIC', '-shared', '-std=c11')
-# products of at most this many rows take the kernel (either build); wider ones (prefill chunks) oneDNN's packed product
+# the most rows of a decode step the kernel's passes are sized for (a decode call's rows); wider products (prefill
+# chunks) take it too
 AMX_MAX_ROWS = 32
 
 def _declare_amx(lib):
     P, I = ctypes.c_void_p, ctypes.c_int64
     lib.amx_packed_size.restype, lib.amx_packed_size.argtypes = I, [I, I]
     lib.amx_pack.restype, lib.amx_pack.argtypes = None, [P, P, I, I]
+    lib.amx_block_cols.restype, lib.amx_block_cols.argtypes = ctypes.c_int, []
     lib.amx_linear.restype, lib.amx_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int]
     lib.amx_dot_rows.restype, lib.amx_dot_rows.argtypes = ctypes.c_int, []
     lib.q8_packed_size.restype, lib.q8_packed_size.argtypes = I, [I, I]
@@ -177,15 +187,47 @@ def amx_kernel(invariant: bool = False):
 @functools.cache
 def _amx_lib(invariant: bool = False): return amx_kernel(invariant)      # for the hot path: asked for once
 
-def amx_pack(w: torch.Tensor, lib=None) -> torch.Tensor | None:
-    """w [out, in] in the layout of `lib`, a build of `AMX_LINEAR_C` (default `amx_kernel()`'s): blocks of 64 outputs,
-    32 in the build without tiles, pairs of inputs side by side; None where it does not apply."""
+def amx_packed_numel(w: torch.Tensor, lib=None) -> int | None:
+    "The elements of `w`'s copy in the layout of `lib` (default `amx_kernel()`'s build); None where it does not apply."
     ok = w.device.type == 'cpu' and w.dtype == torch.bfloat16 and w.dim() == 2 and w.shape[1] % 32 == 0
     if not ok or (lib := lib or amx_kernel()) is None: return None
+    return lib.amx_packed_size(*w.shape)
+
+def amx_pack(w: torch.Tensor, lib=None, out: torch.Tensor | None = None) -> torch.Tensor | None:
+    """w [out, in] in the layout of `lib`, a build of `AMX_LINEAR_C` (default `amx_kernel()`'s): blocks of 64 outputs,
+    32 in the build without tiles, pairs of inputs side by side; written into `out` where given (bfloat16,
+    `amx_packed_numel(w)` elements); None where it does not apply."""
+    if (size := amx_packed_numel(w, lib)) is None: return None
+    if out is not None and (out.dtype != torch.bfloat16 or out.numel() != size or not out.is_contiguous()):
+        raise ValueError(f"amx_pack writes {size} contiguous bfloat16 elements, not into {out.dtype} "
+                         f"{tuple(out.shape)}")
     w = w.detach().contiguous()
-    packed = torch.empty(lib.amx_packed_size(*w.shape), dtype=torch.bfloat16)
-    lib.amx_pack(w.data_ptr(), packed.data_ptr(), *w.shape)
+    packed = torch.empty(size, dtype=torch.bfloat16) if out is None else out
+    (lib or amx_kernel()).amx_pack(w.data_ptr(), packed.data_ptr(), *w.shape)
     return packed
+
+def own_copy(w: torch.Tensor, into: torch.Tensor | None = None, consume: bool = False,
+             run_bytes: int = 16 << 20) -> torch.Tensor | None:
+    """w's copy for nanoserve's own kernel of its dtype (`amx_pack`'s layout for bfloat16, `f32_pack`'s for float32),
+    written into `into` where given; None where no kernel applies. With `consume` (a contiguous w), it is made a run of
+    whole blocks at a time (about `run_bytes` of w), and each run's pages of w are given back (`give_back`) once
+    packed, so the weight is never resident twice: for a weight nothing reads afterwards (its bytes read as zeros)."""
+    bf = w.dtype == torch.bfloat16
+    pack, numel = (amx_pack, amx_packed_numel) if bf else (f32_pack, f32_packed_numel)
+    if (size := numel(w)) is None: return None
+    if not consume or not w.is_contiguous(): return pack(w, out=into)
+    out = torch.empty(size, dtype=w.dtype) if into is None else into
+    if out.dtype != w.dtype or out.numel() != size or not out.is_contiguous():
+        raise ValueError(f"the copy is {size} contiguous {w.dtype} elements, not {out.dtype} {tuple(out.shape)}")
+    block = amx_kernel().amx_block_cols() if bf else f32_kernel().f32_block_cols()
+    row = w.shape[1] * w.element_size()
+    step, at = max(1, run_bytes // (row * block)) * block, 0
+    for first in range(0, w.shape[0], step):
+        part = w.detach()[first:first + step]
+        pack(part, out=out[at:at + numel(part)])
+        at += numel(part)
+        give_back(w, first * row, (first + part.shape[0]) * row)
+    return out
 
 def amx_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int,
                 invariant: bool = False) -> torch.Tensor:
@@ -290,14 +332,16 @@ class FusedMLP(nn.Module):
 
 # %% ../nbs/06_fast.ipynb #8f83f6a6
 def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: bool = False, amx: bool = True,
-             small_ops: bool = True, invariant: bool = False, release: bool = False) -> CausalLM:
-    """Fuse q/k/v and gate/up (`fuse`), route one-row CPU products through the compiled GEMV (`one_row`), give every
-    product oneDNN's packed weights (`pack`) and, with `amx` too, nanoserve's own kernel's where one applies (AMX or
-    AVX512-BF16 for bfloat16, AVX-512 or AVX2 for float32), and put in the small operators' kernels (`small_ops`), in
-    place. With `invariant` (and `pack` and `amx`), the own kernels take every row count instead of oneDNN's
-    (`invariant_refusal` says where they cannot). With `release`, each product's original weight is freed as soon as
-    its packed copies serve every row count (`release_original`): for a model nothing will read again, as the quantizer
-    would."""
+             small_ops: bool = True, invariant: bool = False, release: bool = False, quantize=None) -> CausalLM:
+    """Fuse q/k/v and gate/up (`fuse`), route one-row CPU products through the compiled GEMV (`one_row`), pack every
+    product's weight once (`pack`): with `amx`, for nanoserve's own kernel where one applies (AMX or AVX512-BF16 for
+    bfloat16, AVX-512 or AVX2 for float32), each straight into its place in one weight arena, else for oneDNN's; and
+    put in the small operators' kernels (`small_ops`), in place. The packed copy takes every row count; `invariant`
+    picks the own bfloat16 kernel's batch-invariant build (`invariant_refusal` says where a product has no own kernel).
+    `quantize(model)`, where given, replaces the decoder layers' products after the fusing and before the packing
+    (`nanoserve.quant.quantize_model`), so only what it leaves is packed. With `release`, each product's original
+    weight is freed as soon as its own kernel's copy is made (`release_original`), and a tied LM head's copy then
+    serves the embedding too (`PackedEmbedding`): for a model nothing else will read."""
     want = {'fuse': bool(fuse), 'one_row': bool(one_row), 'pack': bool(pack),
             'amx': bool(pack and amx and amx_kernel() is not None), 'small_ops': bool(small_ops),
             'invariant': bool(invariant)}
@@ -316,13 +360,20 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
                                    (m, ('gate_proj', 'up_proj', 'down_proj'))):
                     for n in names: setattr(mod, n, FastLinear.of(getattr(mod, n), one_row=one_row))
         if fuse or one_row or pack: model.lm_head = FastLinear.of(model.lm_head, one_row=one_row)
+        if quantize is not None: quantize(model)
         linears = [m for m in model.modules() if isinstance(m, FastLinear)]
         tied_head = model.lm_head.weight is model.model.embed_tokens.weight      # the embedding reads it too
-        packed = bool(pack)                      # False: some product has no oneDNN copy
-        for m in linears if pack else ():
-            packed = m.pack(amx=bool(amx), invariant=bool(invariant)) and packed
+        # the own kernels' copies, planned in the order a decode step reads them, then each packed into its place
+        slots = [m.own_slot() if pack and amx else None for m in linears]
+        places = iter(arena_slots([s for s in slots if s is not None]) if any(slots) else ())
+        packed = bool(pack)                      # False: some product could not be packed
+        for m, slot in zip(linears, slots) if pack else ():
+            place = next(places) if slot else None
+            packed = m.pack(amx=bool(amx), invariant=bool(invariant), into=place, consume=release) and packed
             if release: release_original(m, tied=m is model.lm_head and tied_head)
-        if packed and amx: kernel_copies_into_arena(model)
+        if release and tied_head and PackedEmbedding.reads(model.lm_head):
+            release_original(model.lm_head)     # its stub keeps the copies, which the embedding then reads
+            model.model.embed_tokens = PackedEmbedding(model.lm_head)
         # the small operators: the norms and the rotary embedding, their tensors shared
         if small_ops:
             for layer in model.model.layers:
@@ -349,31 +400,56 @@ def invariant_refusal(model: CausalLM) -> str | None:
                     "(it needs pack_weights and amx_linear on, and bfloat16 needs AVX512-BF16 or AMX)")
     return None
 
-def kernel_copies_into_arena(model: CausalLM) -> list[torch.Tensor]:
-    """Move every `FastLinear`'s copy for nanoserve's own product kernels (`amx` in bfloat16, `f32` in float32) into one
-    arena on huge pages (the [weight arena](06_arena.ipynb)), in the order of the model's modules, which is the
-    order a decode step reads them; each module and its weight then hold the arena's copy, the same bytes. Returns
-    the copies, in that order."""
-    slots = [(m, name) for m in model.modules() if isinstance(m, FastLinear) for name in ('amx', 'f32')
-             if getattr(m, name) is not None]
-    copies = arena_views([getattr(m, name) for m, name in slots])
-    for (m, name), t in zip(slots, copies):     # one at a time: each old copy is freed as its place is taken
-        t.copy_(getattr(m, name))
-        setattr(m, name, t)
-        setattr(m.weight, name, t)
-    return copies
-
 def release_original(m: FastLinear, tied: bool = False) -> int:
-    """Free `m`'s original weight where its packed copies serve every row count and every path (the own kernel's at
-    every count, as in the batch-invariant mode; or the own bfloat16 kernel's and oneDNN's beyond it), so the packed
+    """Free `m`'s original weight where its own kernel's copy serves every row count and every path, so the packed
     layout is the one copy that stays; a `tied` weight (read by the embedding too) is kept. The weight keeps its shape,
     dtype and the copies it carries but holds one element (stride 0), so nothing can read its old values. Returns the
-    bytes freed (0: kept)."""
+    bytes freed (0: kept). (oneDNN's copy alone does not serve a compiled one-row step, which takes the GEMV over the
+    original.)"""
     w = m.weight
-    serves_all = m.invariant or (m.amx is not None and m.packed is not None)
-    if tied or not serves_all or w.stride() == (0, 0): return 0
+    if tied or (m.amx is None and m.f32 is None) or w.stride() == (0, 0): return 0
     freed = w.numel() * w.element_size()
     stub = nn.Parameter(w.new_empty(1).expand(w.shape), requires_grad=False)
     for name in ('packed', 'amx', 'f32', 'invariant'): setattr(stub, name, getattr(m, name))
     m.weight = stub
     return freed
+
+class PackedEmbedding(nn.Module):
+    """The embedding of a model whose LM head is tied to it, read from the head's copy in its own kernel's layout
+    (`amx` or `f32`), so the table is resident once: a token's row is gathered from the blocks it was packed into,
+    the same values as the table's row. Its `weight` is the head's weight, so the two stay tied; `layout` is the
+    (block, pad) the decode call's C side reads the table with."""
+    def __init__(self, head: FastLinear):
+        super().__init__()
+        if not PackedEmbedding.reads(head): raise ValueError("the LM head has no copy in a product kernel's layout")
+        bf = head.amx is not None
+        self.weight, self.table = head.weight, head.amx if bf else head.f32
+        self.num_embeddings, self.embedding_dim = head.weight.shape
+        block = amx_kernel().amx_block_cols() if bf else f32_kernel().f32_block_cols()
+        # rows of a block, and what the rows are rounded up to (the last block holds the rest)
+        self.layout = block, 16 if bf else block
+        # pairs of bfloat16 inputs side by side, single float32 ones
+        self.pair = 2 if bf else 1
+        padded = -(-self.num_embeddings // self.layout[1]) * self.layout[1]
+        ids = torch.arange(padded)
+        start = ids // block * block
+        width = (padded - start).clamp(max=block)
+        # where each row's first run of `pair` elements starts, in runs; its next run is `width` runs further on
+        self._base, self._step = (start * self.embedding_dim + (ids - start) * self.pair) // self.pair, width
+
+    @staticmethod
+    def reads(head: FastLinear) -> bool:
+        "Whether `head` has a copy this embedding can read (the own bfloat16 or float32 kernel's)."
+        return getattr(head, 'amx', None) is not None or getattr(head, 'f32', None) is not None
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        ids = input_ids.reshape(-1)
+        runs = self.table.view(-1, self.pair)
+        # an id outside the table indexes past the end, so the gather raises as nn.Embedding does
+        ok = (ids >= 0) & (ids < self.num_embeddings)
+        safe = torch.where(ok, ids, 0)
+        k = torch.arange(self.embedding_dim // self.pair, device=ids.device)
+        at = self._base[safe, None] + k * self._step[safe, None]
+        at = torch.where(ok[:, None], at, runs.shape[0])
+        return runs[at].reshape(*input_ids.shape, self.embedding_dim)
+

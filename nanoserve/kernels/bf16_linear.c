@@ -82,6 +82,7 @@ int amx_enable(void) {
    be a multiple of 32.  A build reads only what its own amx_pack wrote: the two builds' blocks differ in width, not
    in size. */
 int64_t amx_packed_size(int64_t N, int64_t K) { return (N + 15) / 16 * 16 * K; }
+int amx_block_cols(void) { return NB; }
 
 /* the blocks of w [N, K] (elements of es bytes: 2, or 1 for the int8 layout) into p, columns past N zeros */
 static inline __attribute__((always_inline)) void pack_blocks(const char *w, char *p, int64_t N, int64_t K,

@@ -139,13 +139,30 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
 /* The same step given as the engine holds it: step row r is cache row rows[r], decoding token tok[r] as the last of
    its ctx[r] tokens.  Its position is ctx[r] - 1; its slot and its window are read from the cache's slot table
    (int32 [table_rows, ld], -1 where nothing is allocated), the window's padding past ctx[r] set to slot 0 (which
-   nothing reads); its embedding is row tok[r] of `embed` [embed_rows, hidden].  So Python hands over three lists of
+   nothing reads); its embedding is row tok[r] of `embed` [embed_rows, hidden] (block 0), or of a tied LM head's packed
+   copy (embed_row).  So Python hands over three lists of
    integers and no tensors of its own.  With `argmax` (the sampler's kernel for the dtype, its address handed in) each
    row's argmax goes to best[r] too.  Returns decode_forward's codes, and 5 for a token, row or context outside its
    table (before anything is written). */
-int decode_rows(const kernels *kn, const model *m, const void *embed, int64_t embed_rows, const int64_t *tok,
-                const int64_t *rows, const int64_t *ctx, int64_t R, const int32_t *table, int64_t table_rows,
-                int64_t ld, void *logits, int nthreads, argmax_fn argmax, int64_t *best) {
+/* Row n of a [N, E] matrix into h (E elements of es bytes): from plain rows (block 0), or from the product kernels'
+   packed layout: blocks of `block` rows (the last narrower: the rows rounded up to `pad`, less the whole blocks'),
+   each [E / p][width][p], p = 2 for bfloat16's pairs and 1 for float32. */
+static void embed_row(char *h, const char *t, int64_t n, int64_t N, int64_t E, int64_t es, int64_t block,
+                      int64_t pad) {
+    if (!block) {
+        memcpy(h, t + es * n * E, es * E);
+        return;
+    }
+    int64_t p = es == 2 ? 2 : 1, n0 = n / block * block, padded = (N + pad - 1) / pad * pad;
+    int64_t width = padded - n0 < block ? padded - n0 : block;
+    const char *col = t + es * (n0 * E + (n - n0) * p);
+    for (int64_t k = 0; k < E; k += p) memcpy(h + es * k, col + es * k * width, es * p);
+}
+
+int decode_rows(const kernels *kn, const model *m, const void *embed, int64_t embed_rows, int64_t embed_block,
+                int64_t embed_pad, const int64_t *tok, const int64_t *rows, const int64_t *ctx, int64_t R,
+                const int32_t *table, int64_t table_rows, int64_t ld, void *logits, int nthreads, argmax_fn argmax,
+                int64_t *best) {
     int64_t es = kn->es, E = m->hidden, W = 0;
     for (int64_t r = 0; r < R; r++) {
         if (tok[r] < 0 || tok[r] >= embed_rows || rows[r] < 0 || rows[r] >= table_rows || ctx[r] < 1 || ctx[r] > ld)
@@ -163,7 +180,7 @@ int decode_rows(const kernels *kn, const model *m, const void *embed, int64_t em
         pos[r] = ctx[r] - 1; slot[r] = row[ctx[r] - 1];
         /* -1 inside the context: decode_forward refuses it */
         for (int64_t t = 0; t < W; t++) win[r * W + t] = t < ctx[r] ? row[t] : 0;
-        memcpy(h + es * r * E, (const char *)embed + es * tok[r] * E, es * E);
+        embed_row(h + es * r * E, (const char *)embed, tok[r], embed_rows, E, es, embed_block, embed_pad);
     }
     int rc = decode_forward(kn, m, h, pos, slot, win, W, ctx, R, logits, nthreads);
     free(buf);

@@ -30,6 +30,7 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* w [N, K] -> blocks of 32 output columns, each [K][32] (columns past N zeros): a block is read front to back, once
    per pass. */
 int64_t f32_packed_size(int64_t N, int64_t K) { return (N + NB - 1) / NB * NB * K; }
+int f32_block_cols(void) { return NB; }
 
 void f32_pack(const float *w, float *p, int64_t N, int64_t K) {
     #pragma omp parallel for schedule(static)
