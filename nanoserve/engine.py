@@ -269,12 +269,14 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
                              pack=config.pack_weights, amx=config.amx_linear, small_ops=config.small_ops, quantize=q,
                              invariant=config.batch_invariant is not False)
     else:
+        quantized = quantize and config.quantization != 'none'
+        # the quantizer takes the decoder layers' products after the fusing, before anything is packed
+        q = (lambda m: quantize(m, config.quantization, config.quant_group_size)) if quantized else None
         with freed_memory_returned():
             model = load_model(path, dtype, config.device, max_positions=config.max_model_len)
-            # the original weights go where the packed copies serve every product, unless the quantizer reads them
+            # the original weights go as their packed copies are made: nothing reads them afterwards
             model = speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear,
-                             config.small_ops, config.batch_invariant is not False,
-                             release=config.quantization == 'none')
+                             config.small_ops, config.batch_invariant is not False, release=True, quantize=q)
     model.dtype_reason = why
     with ranks_released_on_error(model):
         tokenizer = tokenizer or Tokenizer.from_dir(path)

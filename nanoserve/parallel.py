@@ -302,9 +302,10 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
     def read(h, name, info): return read_shard(h, name, shard_of(name, info.shape, tp.rank, tp.world))
     model.load_report = load_weights(model, path, dtype, device, tied, expected=expected, read=read)
     model.rotary.to(device)
-    model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack, amx, small_ops, invariant)
-    # before the wrapping hides the layers
-    if quantize: import_function(quantize['function'])(model, quantize['mode'], quantize['group_size'])
+    # the shard's layers quantized after the fusing and before the packing, and before the wrapping hides them
+    q = None if not quantize else lambda m: import_function(quantize['function'])(m, quantize['mode'],
+                                                                                      quantize['group_size'])
+    model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack, amx, small_ops, invariant, quantize=q)
     for layer in model.model.layers:
         layer.self_attn, layer.mlp = SumOverRanks(layer.self_attn, tp), SumOverRanks(layer.mlp, tp)
     model.lm_head = GatherVocab(model.lm_head, full.vocab_size, tp)

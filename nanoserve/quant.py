@@ -15,16 +15,24 @@ from .engine import QUANTIZATIONS
 from .gguf import unpack_nibbles
 
 # %% auto #0
-__all__ = ['FUSED_PARTS', 'quantize_int8', 'dequantize_int8', 'quantize_int4', 'dequantize_int4', 'Int8Linear', 'Int4Linear',
-           'group_size_for', 'quantize_model', 'load_int4_layers']
+__all__ = ['QUANT_ROWS', 'FUSED_PARTS', 'quantize_int8', 'dequantize_int8', 'quantize_int4', 'dequantize_int4', 'Int8Linear',
+           'Int4Linear', 'group_size_for', 'quantize_model', 'load_int4_layers']
 
 # %% ../nbs/55_quant.ipynb #1f5bf340
+# the output rows quantized at a time: each row's codes depend on that row alone, so this only bounds the float32
+# temporaries (a 16384-row weight would otherwise take several float32 copies of itself at once)
+QUANT_ROWS = 1024
+
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8: q [out, in] int8 and scale [out] float32 with w ~ q * scale (the largest |w|
     of a row maps to 127)."""
-    w = w.float()
-    scale = w.abs().amax(1).clamp(min=1e-12) / 127
-    return torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+    q, scale = torch.empty(w.shape, dtype=torch.int8, device=w.device), torch.empty(w.shape[0], device=w.device)
+    for r in range(0, w.shape[0], QUANT_ROWS):
+        part = w[r:r + QUANT_ROWS].float()
+        s = scale[r:r + QUANT_ROWS]
+        s.copy_(part.abs().amax(1).clamp(min=1e-12) / 127)
+        q[r:r + QUANT_ROWS] = torch.round(part / s[:, None]).clamp(-127, 127)
+    return q, scale
 
 def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     "The float32 weight an int8 layer computes with: the reference it is tested against."
@@ -39,11 +47,15 @@ def quantize_int4(w: torch.Tensor, group_size: int = 128) -> tuple[torch.Tensor,
     if inp % group_size:
         raise ConfigError(f"a layer {inp} inputs wide does not split into int4 groups of {group_size}: choose a group "
                           "size dividing it")
-    g = w.float().view(out, inp // group_size, group_size)
-    lo, hi = g.amin(-1), g.amax(-1)
-    scale = ((hi - lo) / 15).clamp(min=1e-12)
-    q = torch.round((g - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32)
-    return q.view(out, inp), scale, lo + 8 * scale
+    q = torch.empty(out, inp, dtype=torch.int32, device=w.device)
+    scale, zero = (torch.empty(out, inp // group_size, device=w.device) for _ in range(2))
+    for r in range(0, out, QUANT_ROWS):
+        g = w[r:r + QUANT_ROWS].float().view(-1, inp // group_size, group_size)
+        lo, hi = g.amin(-1), g.amax(-1)
+        s = ((hi - lo) / 15).clamp(min=1e-12)
+        q[r:r + QUANT_ROWS] = torch.round((g - lo[..., None]) / s[..., None]).clamp(0, 15).view(-1, inp)
+        scale[r:r + QUANT_ROWS], zero[r:r + QUANT_ROWS] = s, lo + 8 * s
+    return q, scale, zero
 
 def dequantize_int4(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int = 128) -> torch.Tensor:
     "The float32 weight an int4 layer computes with."
