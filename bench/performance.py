@@ -25,10 +25,10 @@ FAMILIES = [
     dict(folder='zen4', title='AMD Zen 4 VM', date='2026-12-04', commits='beff1e6, 7b7101f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
     dict(folder='zen5', title='AMD Zen 5 VM', date='2026-12-03 and 2026-12-05',
-         commits='713fff7, cf295c6, fc2a1ff, 5699a65, 0509de0',
+         commits='713fff7, cf295c6, fc2a1ff, 5699a65, 0509de0, c9a4011',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('goodput', 'goodput.csv'),
-               ('openvino', 'openvino.csv'), ('quant', 'quant_speed.csv'), ('memory', 'memory.csv'),
-               ('ab', 'device_discipline_ab.csv')]),
+               ('openvino', 'openvino.csv'), ('openvino_int4', 'openvino_int4.csv'), ('quant', 'quant_speed.csv'),
+               ('memory', 'memory.csv'), ('ab', 'device_discipline_ab.csv')]),
     dict(folder='sapphire_rapids', title='Intel Sapphire Rapids VM (AMX)', date='2026-12-02', commits='6c17c3f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
     dict(folder='h200', title='NVIDIA H200', date='2026-12-04', commits='dea9936',
@@ -101,14 +101,15 @@ def goodput_rows(rows: list[dict]) -> list[str]:
     what = f"server goodput: the highest rate with {share} of {n} requests within {slo}, req/s"
     return [row(what, rows[0]['dtype'], best('nanoserve'), 'vLLM (CPU)', best('vllm'))]
 
-def openvino_rows(rows: list[dict]) -> list[str]:
-    "Batch 1 and all prompts at once against OpenVINO GenAI: medians of the alternating rounds' output tok/s."
+def openvino_rows(rows: list[dict], weights: str | None = None) -> list[str]:
+    """Batch 1 and all prompts at once against OpenVINO GenAI: medians of the alternating rounds' output tok/s;
+    `weights`: nanoserve's quantized weights in that run."""
     out = []
     for batch in dict.fromkeys(r['batch'] for r in rows):
         pick = lambda kind: [r for r in rows if r['kind'] == kind and r['batch'] == batch]
         ours, theirs = pick('nanoserve'), pick('openvino')
         what = (f"offline, {ours[0]['prompts']} prompts of {ours[0]['prompt_len']} tokens, batch {batch}: output tok/s "
-                f"(median of {len(ours)} rounds)")
+                f"(median of {len(ours)} rounds){f', nanoserve with {weights} weights' if weights else ''}")
         out.append(row(what, ours[0]['engine'].split()[-1], median(ours, 'output_tok_s'),
                        f"OpenVINO GenAI ({theirs[0]['engine'].split()[-1]})", median(theirs, 'output_tok_s')))
     return out
@@ -126,11 +127,14 @@ def quant_rows(rows: list[dict]) -> list[str]:
     return out
 
 def memory_rows(rows: list[dict]) -> list[str]:
-    "Peak resident memory of `nanoserve generate` (the latest label) against the budget: weights + KV pool + 0.5 GB."
-    last = rows[-1]['label']
+    """Peak resident memory of `nanoserve generate` and of `nanoserve serve` (each command's latest label) against the
+    budget: weights + KV pool + 0.5 GB."""
+    command = lambda r: r['command'].split()[1]
+    last = {command(r): r['label'] for r in rows}
     out = []
-    for r in (r for r in rows if r['label'] == last):
-        what = f"peak resident MB, `nanoserve generate`, {r['model']} model, {r['mode']} (VmHWM, `/usr/bin/time -v`)"
+    for r in (r for r in rows if r['label'] == last[command(r)]):
+        what = (f"peak resident MB, `nanoserve {command(r)}`, {r['model']} model, {r['mode']} "
+                "(VmHWM, `/usr/bin/time -v`)")
         out.append(row(what, 'bfloat16', float(r['peak_rss_mb']), 'budget: weights + KV pool + 512 MB',
                        float(r['budget_mb']), lower_is_better=True))
     return out
@@ -166,6 +170,7 @@ def family_table(fam: dict, latest: Path) -> str:
         cited.append(f"`{rel}`")
         lines += {'offline': offline_rows, 'side_by_side': side_by_side_rows, 'llamacpp': llamacpp_rows,
                   'goodput': goodput_rows, 'openvino': openvino_rows, 'quant': quant_rows,
+                  'openvino_int4': lambda rows: openvino_rows(rows, 'int4'),
                   'memory': memory_rows}[kind](rows)
     commits = fam['commits'].split(', ')
     head = [f"### {fam['title']}, {fam['date']}", '', ' '.join(f'`{m}`.' for m in machines),

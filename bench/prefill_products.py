@@ -47,7 +47,8 @@ def main():
                 for k in (list(arms) if r % 2 == 0 else list(arms)[::-1]): times[k].append(seconds(arms[k]))
             med = {k: statistics.median(v) for k, v in times.items()}
             flops = 2 * rows * out * inp
-            row = dict(shape=name, out=out, inp=inp, rows=rows, **{f'{k}_ms': round(v * 1e3, 3) for k, v in med.items()},
+            row = dict(shape=name, out=out, inp=inp, rows=rows,
+                       **{f'{k}_ms': round(v * 1e3, 3) for k, v in med.items()},
                        **{f'{k}_gflops': round(flops / v / 1e9, 1) for k, v in med.items()},
                        own_over_onednn=round(med['onednn'] / med['own'], 3))
             rows_out.append(row)
@@ -57,8 +58,8 @@ def main():
     command = 'python bench/prefill_products.py ' + ' '.join(sys.argv[1:])
     write_csv(rows_out, a.out / 'prefill_products.csv')
     lines = [f"machine: {machine()}", f"command: {command.strip()}", '']
-    lines += [f"{r['shape']:<16} rows {r['rows']:>5}: own {r['own_gflops']:>7} invariant {r['own_invariant_gflops']:>7} "
-              f"oneDNN {r['onednn_gflops']:>7} GFLOP/s, own/oneDNN {r['own_over_onednn']:.2f}x" for r in rows_out]
+    lines += [f"{r['shape']:<16} rows {r['rows']:>5}: own {r['own_gflops']:>7} "
+              f"invariant {r['own_invariant_gflops']:>7} oneDNN {r['onednn_gflops']:>7} GFLOP/s, own/oneDNN {r['own_over_onednn']:.2f}x" for r in rows_out]
     (a.out / 'prefill_products.txt').write_text('\n'.join(lines) + '\n')
     print(f"-> {a.out}/prefill_products.{{csv,txt}} ({machine()})")
 

@@ -3,6 +3,7 @@
 
     python bench/peers/openvino_side_by_side.py                   # 32 prompts of 40 tokens, 128 greedy tokens, 2 rounds
     python bench/peers/openvino_side_by_side.py --repeats 5 --out DIR
+    python bench/peers/openvino_side_by_side.py --quantization int4 --name openvino_int4     # nanoserve's int4 weights
 
 The prompts are random token ids past the tokenizer's special tokens (seeded), handed to both engines as ids: no chat
 template, no tokenizer round trip. nanoserve runs in this process, built as `nanoserve bench offline` builds it
@@ -15,9 +16,9 @@ exported with optimum-cli on first use into --ir (default ~/.cache/nanoserve/ope
 --threads threads (torch's for nanoserve, INFERENCE_NUM_THREADS for OpenVINO); neither is pinned. Each round runs both
 engines, the order flipped from one round to the next, so a machine's drift falls on both alike.
 
-Writes OUT/openvino.csv (a row per engine, round and batch) and OUT/openvino.txt (the machine, the versions, the
-command, every round, the medians and nanoserve's ratio to OpenVINO at each batch, and how many greedy continuations
-the two engines agree on). Not part of CI.
+Writes OUT/NAME.csv (NAME: --name, default openvino; a row per engine, round and batch) and OUT/NAME.txt (the
+machine, the versions, the command, every round, the medians and nanoserve's ratio to OpenVINO at each batch, and how
+many greedy continuations the two engines agree on). Not part of CI.
 """
 import argparse, json, os, shlex, statistics, subprocess, sys, time
 from pathlib import Path
@@ -55,7 +56,7 @@ def timed_generate(engine, prompts: list[list[int]], max_tokens: int) -> dict:
 
 def run_nanoserve(path: Path, prompts: list[list[int]], a) -> dict:
     "Batch 1, then all the prompts at once, each on an engine built as `bench offline` builds it."
-    base = dict(dtype=a.dtype, prefix_cache=False)
+    base = dict(dtype=a.dtype, prefix_cache=False, quantization=a.quantization)
     t0 = time.perf_counter()
     engine = build_engine(path, EngineConfig(**base, max_batch_size=len(prompts)))
     load = time.perf_counter() - t0
@@ -133,6 +134,8 @@ def main():
                    '<model>-<weight format>, exported on first use)')
     p.add_argument('--weight-format', default='fp16', help="the IR's weights: fp16 (default), fp32, int8")
     p.add_argument('--dtype', default='bfloat16', help="nanoserve's dtype (default bfloat16)")
+    p.add_argument('--quantization', default='none', help="nanoserve's weights: none (default), int8 or int4")
+    p.add_argument('--name', default='openvino', help='the files written: OUT/NAME.csv and .txt')
     p.add_argument('--ov-precision', default='bf16', help="OpenVINO's INFERENCE_PRECISION_HINT (default bf16)")
     p.add_argument('--ov-kv-cache-precision', default='default',
                    help="OpenVINO's KV_CACHE_PRECISION (default: the plugin's choice, which it reports)")
@@ -174,7 +177,8 @@ def main():
             for key, batch in (('batch1', 1), ('batch', a.num_prompts)):
                 if key not in res: continue
                 r = res[key]
-                rows.append({'round': rnd, 'kind': kind, 'engine': engine, 'batch': batch, 'prompts': r['prompts'],
+                rows.append({'round': rnd, 'kind': kind, 'engine': engine, 'weights': a.quantization if kind ==
+                             'nanoserve' else a.weight_format, 'batch': batch, 'prompts': r['prompts'],
                              'prompt_len': a.prompt_len, 'output_tokens': r['output_tokens'],
                              'seconds': round(r['seconds'], 3), 'output_tok_s': round(r['output_tok_s'], 2),
                              'threads': a.threads, 'load_1m_before': round(load, 2)})
@@ -183,7 +187,7 @@ def main():
     where = machine()
     for r in rows:
         r.update(machine=where, command=command)
-    write_csv(rows, out/'openvino.csv')
+    write_csv(rows, out/f'{a.name}.csv')
     versions = (f"versions: {ns_version}, torch {torch.__version__}; {peer['engine']} ({peer['openvino_genai']}), "
                 f"openvino {peer['openvino']}")
     default = (peer['plugin_default_inference_precision_hint'], peer['plugin_default_kv_cache_precision'])
@@ -196,7 +200,8 @@ def main():
     header = [f"machine: {where}", versions, f"command: {command}",
               f"{a.num_prompts} prompts of {a.prompt_len} random token ids (seed {a.seed}), {a.max_tokens} greedy "
               f"tokens each with ignore_eos; batch 1: the first {a.batch1_prompts} one at a time",
-              f"nanoserve: {mine['dtype']}, prefix cache off, torch threads {a.threads}; engine build "
+              f"nanoserve: {mine['dtype']}, weights {a.quantization}, prefix cache off, torch threads {a.threads}; "
+              "engine build "
               f"{mine['load_seconds']:.1f} s", precisions]
     if sched: header.append(f"OpenVINO ContinuousBatchingPipeline scheduler: {json.dumps(sched)}")
     for key, label in (('batch1', 'batch 1'), ('batch', f"{a.num_prompts} prompts")):
@@ -204,7 +209,7 @@ def main():
             header.append(f"greedy agreement ({label}, last round): "
                           f"{agreement(mine[key]['token_ids'], peer[key]['token_ids'])}")
     lines = report(rows, a, header)
-    (out/'openvino.txt').write_text('\n'.join(lines) + '\n')
+    (out/f'{a.name}.txt').write_text('\n'.join(lines) + '\n')
     print('\n'.join(lines))
 
 if __name__ == '__main__': main()
