@@ -25,10 +25,10 @@ FAMILIES = [
     dict(folder='zen4', title='AMD Zen 4 VM', date='2026-12-04', commits='beff1e6, 7b7101f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
     dict(folder='zen5', title='AMD Zen 5 VM', date='2026-12-03 and 2026-12-05',
-         commits='713fff7, cf295c6, fc2a1ff, 5699a65, 0509de0, c9a4011',
+         commits='713fff7, cf295c6, fc2a1ff, 5699a65, 0509de0, c9a4011, 406ff6c',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('goodput', 'goodput.csv'),
                ('openvino', 'openvino.csv'), ('openvino_int4', 'openvino_int4.csv'), ('quant', 'quant_speed.csv'),
-               ('memory', 'memory.csv'), ('ab', 'device_discipline_ab.csv')]),
+               ('llamacpp', 'quant_llamacpp.csv'), ('memory', 'memory.csv'), ('ab', 'device_discipline_ab.csv')]),
     dict(folder='sapphire_rapids', title='Intel Sapphire Rapids VM (AMX)', date='2026-12-02', commits='6c17c3f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
     dict(folder='h200', title='NVIDIA H200', date='2026-12-04', commits='dea9936',
@@ -90,6 +90,9 @@ def llamacpp_rows(rows: list[dict]) -> list[str]:
         what = f"batch 1, {bits} weights ({ours['quantization']} / {theirs['quantization']}), step recorded: tok/s"
         out.append(row(what, ours['dtype'], float(ours['batch1_recorded_tok_s']), theirs['engine'],
                        float(theirs['batch1_tok_s'])))
+    int4, f16 = get('nanoserve', 'int4'), get('llama.cpp', 'F16')
+    out.append(row("batch 1, nanoserve's int4 (quantized at load) against llama.cpp's F16, eager: tok/s", 'bfloat16',
+                   float(int4['batch1_tok_s']), f16['engine'], float(f16['batch1_tok_s'])))
     return out
 
 def goodput_rows(rows: list[dict]) -> list[str]:
