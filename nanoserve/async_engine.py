@@ -43,6 +43,9 @@ class EngineStats:
     steps_by_batch: dict = field(default_factory=dict)
     num_device_checks: int = 0     # tensor factories the device discipline saw name their device (--check-devices)
     peak_rss_bytes: int = 0        # the serving process's peak resident memory (VmHWM on Linux)
+    spec_draft_tokens: int = 0     # speculative decoding: tokens proposed,
+    spec_accepted_tokens: int = 0  # accepted,
+    spec_accepted_by_position: tuple = ()   # and accepted at each position of a step's proposals
     def as_dict(self) -> dict: return asdict(self)
 
 @dataclass(frozen=True)
@@ -257,7 +260,8 @@ def stats(self: AsyncEngine) -> EngineStats:
                        c['num_aborted'], c['prompt_tokens'], c['generation_tokens'], s.num_preemptions, s.num_steps,
                        s.kv_usage, s.kv_free_blocks, s.kv_total_blocks,
                        s.prefix_cache_queries, s.prefix_cache_hits, s.num_paused_steps, s.steps_by_batch,
-                       s.num_device_checks, peak_rss_bytes())
+                       s.num_device_checks, peak_rss_bytes(), s.spec_draft_tokens, s.spec_accepted_tokens,
+                       s.spec_accepted_by_position)
 
 @patch
 def capture_stats(self: AsyncEngine):

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument('--num-requests', type=int, default=64)
     o.add_argument('--prompt-len', default='32:256', help='MIN:MAX prompt tokens, uniform (default 32:256)')
     o.add_argument('--output-len', type=int, default=128)
+    o.add_argument('--workload', default='random', choices=('random', 'extractive', 'code-edit'),
+                   help='random token prompts (default), or chat prompts whose answer is mostly in the prompt: a '
+                        'passage to repeat with a name changed (extractive), a function to rename (code-edit)')
     o.add_argument('--batch1-requests', type=int, default=2,
                    help='requests run at batch 1 against the bandwidth ceiling (0 = skip)')
     o.add_argument('--compare-transformers', action='store_true',
@@ -175,7 +178,7 @@ def cmd_bench(args) -> int:
         return {'serve': cmd_bench_serve, 'compare': cmd_bench_compare}[args.bench](args)
     from nanoserve.offline_bench import (make_workload, run_nanoserve, run_transformers, run_vllm, ceilings, write_csv,
                                          machine, asdict, best_of_repeats,
-                                         paired_bandwidth_share)
+                                         paired_bandwidth_share, text_workload)
     from nanoserve.weights import weight_bytes
     from nanoserve.core import peak_rss_bytes, reset_peak_rss
     from pathlib import Path
@@ -207,7 +210,11 @@ def cmd_bench(args) -> int:
             reset_peak_rss()             # the peak of this engine's boot and run, not of the ones before it
             engine = build_engine(path, config_from_args(args, dtype=dtype))
             boot_peak = peak_rss_bytes()
-            w = make_workload(args.num_requests, (lo, hi), args.output_len, engine.model.config.vocab_size, args.seed)
+            def workload(num, seed):
+                if args.workload == 'random':
+                    return make_workload(num, (lo, hi), args.output_len, engine.model.config.vocab_size, seed)
+                return text_workload(args.workload, engine.tokenizer, num, args.output_len, seed)
+            w = workload(args.num_requests, args.seed)
             ceil = ceilings(engine.model, args.max_batch_size)
             reset_peak_rss()             # nor of the ceilings' probes (a gigabyte read)
             r = asdict(run_nanoserve(engine, w))
@@ -220,8 +227,7 @@ def cmd_bench(args) -> int:
                 one = build_engine(path if sharded else engine.model,
                                    config_from_args(args, dtype=dtype, max_batch_size=1),
                                    None if sharded else engine.tokenizer)
-                w1 = make_workload(args.batch1_requests, (lo, hi), args.output_len, engine.model.config.vocab_size,
-                                   args.seed)
+                w1 = workload(args.batch1_requests, args.seed)
                 reset_peak_rss()
                 r1 = asdict(run_nanoserve(one, w1))
                 peak = max(boot_peak, peak_rss_bytes())
@@ -229,8 +235,7 @@ def cmd_bench(args) -> int:
                 r1.update(ceil, bandwidth_ceiling_share=r1['output_tok_s'] / ceil['bandwidth_ceiling_tok_s'])
                 if one.model.device.type == 'cpu':
                     # another such run (other prompts: no prefix-cache hits), a host-memory probe after every step
-                    vocab = engine.model.config.vocab_size
-                    w2 = make_workload(args.batch1_requests, (lo, hi), args.output_len, vocab, args.seed + 1)
+                    w2 = workload(args.batch1_requests, args.seed + 1)
                     r1.update(paired_bandwidth_share(one, w2, weight_bytes(one.model)))
                 rows.append(r1 | {'repeat': rep})
                 one.close()
@@ -259,6 +264,11 @@ def cmd_bench(args) -> int:
               f"{median[(r['engine'], r['dtype'], r['batch'])]:>10.1f}{(r['step_ms_p50'] or 0):>13.1f}"
               f"{'' if share is None else f'{share:.0%}':>12}{'' if paired is None else f'{paired:.0%}':>10}"
               f"{'' if dec is None else f'{dec:.0%}':>11}")
+    for r in best:
+        if r.get('draft_tokens'):
+            print(f"speculative ({args.speculative}), {r['dtype']}, batch {r['batch']}: {r['accepted_tokens']} of "
+                  f"{r['draft_tokens']} proposed tokens accepted ({r['accepted_tokens'] / r['draft_tokens']:.0%}), "
+                  f"{r['tokens_per_step']:.2f} output tokens a step")
     for dtype in args.dtypes.split(','):
         ours = next(r for r in best
                     if r['dtype'] == dtype and r['engine'] == 'nanoserve' and r['batch'] == args.max_batch_size)

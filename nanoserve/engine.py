@@ -24,6 +24,7 @@ from .scheduler import Scheduler
 from .runner import ModelRunner
 from .parallel import load_sharded, make_runner, ranks_released_on_error, quantize_spec
 from .grammar import GrammarCompiler
+from .speculative import SPECULATIVE_METHODS, Speculation
 
 # %% auto #0
 __all__ = ['QUANTIZATIONS', 'PREFILL_BUDGET', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'EngineConfig',
@@ -120,6 +121,13 @@ class EngineConfig:
     tensor_parallel_size: int = _flag(1, "processes the model is split across: each holds 1/N of the heads, MLP "
                                       "columns, vocabulary and KV pool; gloo on CPU; the others start here, or under "
                                       "torchrun on several machines")
+    speculative: str = _flag('none', "none, or ngram: propose a greedy request's next tokens from n-grams of its own "
+                             "prompt and output (prompt lookup decoding), and check them in one step of the model; "
+                             "the output is unchanged, token for token; a step's requests with their proposals stay "
+                             "within 32 rows, so a crowd proposes fewer a request, and none from 16 requests on")
+    num_speculative_tokens: int = _flag(8, 'the most tokens proposed a step for a request (--speculative)')
+    ngram_max: int = _flag(4, 'the longest n-gram looked up (--speculative ngram)')
+    ngram_min: int = _flag(2, 'the shortest n-gram looked up (--speculative ngram)')
 
     def __post_init__(self):
         if self.dtype != 'auto': parse_dtype(self.dtype)
@@ -173,6 +181,20 @@ class EngineConfig:
             raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} runs the eager forward: a compiled or "
                               "recorded step would have to contain the collectives between ranks, which is not built "
                               "yet; drop --cuda-graphs / --compile, or use --tensor-parallel-size 1")
+        if self.speculative not in SPECULATIVE_METHODS:
+            raise ConfigError(f"speculative (--speculative) must be one of {', '.join(SPECULATIVE_METHODS)}, got "
+                              f"{self.speculative!r}")
+        for name in ('num_speculative_tokens', 'ngram_max', 'ngram_min'):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.ngram_min > self.ngram_max:
+            raise ConfigError(f"ngram_min={self.ngram_min} is above ngram_max={self.ngram_max}: the n-grams looked up "
+                              "run from ngram_max down to ngram_min")
+        if self.speculative != 'none' and (any(flags.values()) or self.persistent_batch or self.compile
+                                           or self.tensor_parallel_size > 1):
+            raise ConfigError(f"--speculative {self.speculative} checks its proposals in eager steps and the decode "
+                              "call; with --cuda-graphs, --persistent-batch, --compile or --tensor-parallel-size it is "
+                              "not built yet: drop those, or --speculative none")
         asks_capture = self.capture_recorder is not None or not self.warm or not self.capture_prefix_rule
         if asks_capture and not self.capture_decode:
             raise ConfigError("capture_recorder, warm=False and capture_prefix_rule=False (--capture-recorder, "
@@ -184,6 +206,12 @@ class EngineConfig:
         """Whether the engine keeps its running rows a prefix: as asked, or by default whenever it replays recorded
         decodes."""
         return self.capture_decode if self.persistent_batch is None else self.persistent_batch
+
+    @property
+    def speculation(self) -> Speculation | None:
+        "How the scheduler proposes tokens (None: speculative decoding off)."
+        if self.speculative == 'none': return None
+        return Speculation(self.num_speculative_tokens, self.ngram_max, self.ngram_min)
 
     @property
     def capture_flags(self) -> tuple[str, ...]:
@@ -378,7 +406,7 @@ class Engine:
         return cls(model, tokenizer, cache,
                    Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids,
                              max_mixed_batched_tokens=config.max_mixed_batched_tokens,
-                             waiting_served_ratio=config.waiting_served_ratio),
+                             waiting_served_ratio=config.waiting_served_ratio, speculation=config.speculation),
                    make_runner(model, cache, stop_ids, config.batch_invariant, config.decode_kernel, config.decode_call,
                                config.prefill_kernel, config.check_devices), config, stop_ids, decode_path, batch)
 
@@ -443,10 +471,26 @@ def _output(self: Engine, req: Request) -> RequestOutput:
                          req.num_cached_tokens or 0)
 
 def _detokenize(self: Engine, req: Request):
-    rid, p = req.request_id, req.params
+    "The text of the tokens `req` got this step (several, where proposals were accepted), one token at a time."
+    rid, d = req.request_id, self.detok[req.request_id]
     stopped_by_token = req.status is RequestStatus.FINISHED_STOPPED and isinstance(req.stop_reason, int)
-    if not stopped_by_token: self.texts[rid] += self.detok[rid].push(req.output_token_ids[-1])
-    if req.is_finished: self.texts[rid] += self.detok[rid].flush()
+    new = req.output_token_ids[len(d.ids):req.num_output_tokens - stopped_by_token]
+    for i, tok in enumerate(new):
+        self.texts[rid] += d.push(tok)
+        last = i == len(new) - 1
+        if last and req.is_finished: self.texts[rid] += d.flush()
+        if _stop_string(self, req, stopped_by_token):
+            # a stop string inside this step's tokens: the ones after it were never output
+            del req.output_token_ids[len(d.ids):]
+            del req.logprobs[len(d.ids):]
+            return
+    if not new and req.is_finished:
+        self.texts[rid] += d.flush()
+        _stop_string(self, req, stopped_by_token)
+
+def _stop_string(self: Engine, req: Request, stopped_by_token: bool) -> bool:
+    "End `req` at the first of its stop strings in its text, the text cut there; True if one was found."
+    rid, p = req.request_id, req.params
     if p.stop and not stopped_by_token:
         text = self.texts[rid]
         hits = [(text.find(s), s) for s in p.stop if s in text]
@@ -454,6 +498,8 @@ def _detokenize(self: Engine, req: Request):
             i, s = min(hits)
             self.texts[rid] = text[:i + len(s)] if p.include_stop_str_in_output else text[:i]
             self.scheduler.finish(req, RequestStatus.FINISHED_STOPPED, s)     # the scheduler writes every status
+            return True
+    return False
 
 @patch
 @contextlib.contextmanager
@@ -519,6 +565,9 @@ class EngineSnapshot:
     num_paused_steps: int = 0          # steps given the whole budget by the scheduler's waiting_served_ratio
     steps_by_batch: dict = field(default_factory=dict)   # {requests run together: steps}, since boot
     num_device_checks: int = 0         # tensor factories the device discipline saw name their device (check_devices)
+    spec_draft_tokens: int = 0         # speculative decoding: tokens proposed,
+    spec_accepted_tokens: int = 0      # accepted,
+    spec_accepted_by_position: tuple = ()   # and accepted at each position of a step's proposals
 
 @patch
 def snapshot(self: Engine) -> EngineSnapshot:
@@ -529,7 +578,8 @@ def snapshot(self: Engine) -> EngineSnapshot:
                           pool.num_free, pool.num_blocks, px.queries if px is not None else 0,
                           px.hits if px is not None else 0, self.num_computed_tokens, s.num_paused_steps,
                           dict(self.steps_by_batch),        # a copy: the engine goes on counting
-                          self.num_device_checks)
+                          self.num_device_checks, s.num_draft_tokens, s.num_accepted_tokens,
+                          tuple(s.accepted_by_position))
 
 @patch
 def abort_all(self: Engine) -> int:

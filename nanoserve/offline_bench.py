@@ -15,9 +15,10 @@ from .engine import Engine
 from .sampling import SamplingParams
 
 # %% auto #0
-__all__ = ['VLLM_OFFLINE', 'Workload', 'make_workload', 'BenchResult', 'run_nanoserve', 'run_transformers', 'run_vllm',
-           'gemm_rate', 'sum_buffer', 'memory_bandwidth', 'ceilings', 'paired_bandwidth_share', 'write_csv',
-           'cpu_model', 'machine', 'best_of_repeats']
+__all__ = ['PASSAGES', 'NAMES', 'FUNCTIONS', 'WORKLOADS', 'VLLM_OFFLINE', 'Workload', 'make_workload', 'BenchResult',
+           'text_workload', 'run_nanoserve', 'run_transformers', 'run_vllm', 'gemm_rate', 'sum_buffer',
+           'memory_bandwidth', 'ceilings', 'paired_bandwidth_share', 'write_csv', 'cpu_model', 'machine',
+           'best_of_repeats']
 
 # %% ../nbs/24_offline_bench.ipynb #3daeb812
 @dataclass(frozen=True)
@@ -49,6 +50,64 @@ class BenchResult:
     total_tok_s: float
     step_ms_p50: float | None = None
     step_ms_p99: float | None = None
+    # speculative decoding: tokens proposed and accepted over the run, and output tokens per step of the engine
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    tokens_per_step: float | None = None
+
+# %% ../nbs/24_offline_bench.ipynb #b9be5a61
+# a few passages and functions to be copied back with an edit (the bench's text workloads), written for it
+PASSAGES = (
+    "The scheduler decides each step which requests run and how many tokens each computes. Alice wrote its first "
+    "version in a week, and Bob added chunked prefill so that a long prompt no longer stalls the requests already "
+    "decoding. When the pool of KV blocks runs out, the newest request is preempted and recomputed later.",
+    "On a small CPU a decode step at batch one reads every weight once, so its speed is set by the memory. Alice "
+    "measured it at eighty-four per cent of what a plain sum reads, and Bob found that the rest was spent between "
+    "the kernels, in Python, which is why the whole step became one call into C.",
+    "A request may ask for its answer as JSON that matches a schema. Alice compiles the schema once into a grammar, "
+    "and at every step Bob's matcher says which tokens keep the output valid; the sampler draws only from those. "
+    "The request ends when the grammar can take nothing more, as it would at an end-of-sequence token.",
+    "The prefix cache names every full block of a prompt by a hash of its tokens and of the blocks before it. When "
+    "Alice sends the same system prompt twice, the second request finds its blocks by name and skips their work. "
+    "Bob made the names survive preemption, so a recomputed request finds them again.",
+    "Quantized weights hold four or eight bits a weight instead of sixteen. Alice's int4 layout keeps a scale and a "
+    "correction for every group of sixty-four inputs, and Bob's kernel reads the codes as bfloat16 numbers with two "
+    "integer instructions, so a decode reads a third of the bytes and runs nearly twice as fast.",
+    "Tensor parallelism splits each layer's heads and columns across processes. Alice wrote the sharded loader, so "
+    "that no process ever holds the whole model, and Bob wrapped the row-parallel blocks so that their partial sums "
+    "are added across the ranks before the next layer reads them.")
+NAMES = (('Alice', 'Dana'), ('Bob', 'Erin'), ('Alice', 'Frank'), ('Bob', 'Grace'))
+FUNCTIONS = (
+    "def running_mean(values, window):\n    total, out = 0.0, []\n    for i, v in enumerate(values):\n"
+    "        total += v\n        if i >= window:\n            total -= values[i - window]\n"
+    "        out.append(total / min(i + 1, window))\n    return out\n",
+    "def merge_sorted(a, b):\n    i = j = 0\n    out = []\n    while i < len(a) and j < len(b):\n"
+    "        if a[i] <= b[j]:\n            out.append(a[i])\n            i += 1\n        else:\n"
+    "            out.append(b[j])\n            j += 1\n    return out + a[i:] + b[j:]\n",
+    "def count_words(text):\n    counts = {}\n    for word in text.lower().split():\n"
+    "        word = word.strip('.,;:!?')\n        if word:\n            counts[word] = counts.get(word, 0) + 1\n"
+    "    return sorted(counts.items(), key=lambda kv: -kv[1])\n",
+    "def flatten(nested):\n    out = []\n    for item in nested:\n        if isinstance(item, list):\n"
+    "            out.extend(flatten(item))\n        else:\n            out.append(item)\n    return out\n")
+WORKLOADS = ('random', 'extractive', 'code-edit')
+
+def text_workload(kind: str, tokenizer, num_requests: int, output_len: int, seed: int = 0) -> Workload:
+    """Chat prompts whose answer is mostly in the prompt: `extractive` (a passage to repeat with one name changed) or
+    `code-edit` (a function to return with its name changed), taken round-robin from a seeded start."""
+    if kind not in WORKLOADS[1:]:
+        raise ValueError(f"a text workload is one of {', '.join(WORKLOADS[1:])}, got {kind!r}")
+    start, prompts = int(torch.randint(0, 1000, (1,), generator=torch.Generator().manual_seed(seed))), []
+    for i in range(start, start + num_requests):
+        if kind == 'extractive':
+            (old, new), text = NAMES[i % len(NAMES)], PASSAGES[i % len(PASSAGES)]
+            ask = f"Repeat this paragraph word for word, but write {new} instead of {old}:\n\n{text}"
+        else:
+            code = FUNCTIONS[i % len(FUNCTIONS)]
+            name = code.split('(')[0].removeprefix('def ')
+            ask = (f"Rename the function {name} to {name}_v{i % 7 + 2} and return the whole code:\n\n"
+                   f"```python\n{code}```")
+        prompts.append(tokenizer.encode_chat([{'role': 'user', 'content': ask}]))
+    return Workload(prompts, output_len)
 
 # %% ../nbs/24_offline_bench.ipynb #0d256ce5
 def _pct(xs, q):
@@ -65,6 +124,8 @@ def run_nanoserve(engine: Engine, w: Workload, label: str = 'nanoserve') -> Benc
         times.append(time.perf_counter() - t)
         return r
     engine.step = timed
+    sched = engine.scheduler
+    drafts, accepted = sched.num_draft_tokens, sched.num_accepted_tokens
     try:
         t0 = time.perf_counter()
         outs = engine.generate(w.prompts, params, use_tqdm=False)
@@ -74,7 +135,8 @@ def run_nanoserve(engine: Engine, w: Workload, label: str = 'nanoserve') -> Benc
     dtype = str(engine.model.dtype).removeprefix('torch.')
     return BenchResult(label, dtype, engine.config.max_batch_size, len(w.prompts), secs, w.num_output_tokens / secs,
                        (w.num_output_tokens + w.num_prompt_tokens) / secs,
-                       1e3 * _pct(times, .5), 1e3 * _pct(times, .99))
+                       1e3 * _pct(times, .5), 1e3 * _pct(times, .99), sched.num_draft_tokens - drafts,
+                       sched.num_accepted_tokens - accepted, w.num_output_tokens / len(times))
 
 def run_transformers(path, dtype: str, w: Workload, batch_size: int) -> BenchResult:
     "The workload through transformers' generate in static, left-padded batches."

@@ -95,7 +95,8 @@ class ModelRunner:
             chunks.append(SeqChunk(s.row, start, s.num_tokens, s.context_len))
             start += s.num_tokens
             if s.samples:
-                sample_idx.append(start - 1)
+                # its last position; with proposals, theirs too (each one's logits check the next)
+                sample_idx += range(start - 1 - len(s.draft_token_ids), start)
                 samplers.append(s)
         meta = build_metadata(chunks, self.cache)
         input_ids, positions = torch.tensor(ids, dtype=torch.int64, device=HOST), meta.positions    # ids: copied once
@@ -110,16 +111,20 @@ class ModelRunner:
         if out.is_empty: return ModelRunnerOutput()
         sc = out.scheduled
         has_fast_path = self.decode_path is not None or self.decode_call is not None
-        if has_fast_path and all(s.num_tokens == 1 and s.samples for s in sc):
-            rows, tokens, ctx = [s.row for s in sc], [s.token_ids[0] for s in sc], [s.context_len for s in sc]
+        # decodes only, some with proposals: the call takes each proposal as one more row of the same cache row, at
+        # the next position (all rows' K/V are written before any row attends, so it sees the ones before it)
+        if has_fast_path and all(s.samples and s.num_tokens == 1 + len(s.draft_token_ids) for s in sc):
+            rows = [s.row for s in sc for _ in s.token_ids]
+            tokens = [t for s in sc for t in s.token_ids]
+            ctx = [s.start + i + 1 for s in sc for i in range(s.num_tokens)]
             # greedy: a row the argmax may serve
             greedy = any(s.sampling.params.greedy and s.sampling.matcher is None for s in sc)
-            if self.decode_path is not None:                # it enters inference mode where it runs torch
+            if self.decode_path is not None and len(rows) == len(sc):   # it enters inference mode where it runs torch
                 logits = self.decode_path.run(rows, tokens, ctx, greedy)
                 return self._sample(logits, sc, getattr(self.decode_path, 'best', None))
             # the decode call, given lists rather than tensors, outside inference mode
             # (a C call has no autograd to turn off)
-            if (logits := self.decode_call.run(rows, tokens, ctx, greedy)) is not None:
+            if self.decode_call is not None and (logits := self.decode_call.run(rows, tokens, ctx, greedy)) is not None:
                 return self._sample(logits, sc, self.decode_call.best)
         with torch.inference_mode():
             input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)
@@ -147,7 +152,9 @@ class ModelRunner:
 
     def _sample(self, logits: torch.Tensor, scheduled: list[ScheduledRequest],
                 best: list[int] | None = None) -> ModelRunnerOutput:
-        states = [s.sampling for s in scheduled]
+        # a request with proposals has a row of logits at each of its positions, drawn as a plain decode's
+        spans = [1 + len(s.draft_token_ids) for s in scheduled]
+        states = [s.sampling for s, n in zip(scheduled, spans) for _ in range(n)]
         stops = [stop_token_set(st.params, self.stop_ids) for st in states]
         raw = logits
         # structured output: only what each grammar allows
@@ -157,4 +164,16 @@ class ModelRunner:
         draw = sample_on_device if self.sample_on_device else sample
         # logprobs: the model's own, mask or not
         drawn = draw(logits, states, stops, raw=raw if rows else None, best=None if rows else best)
-        return ModelRunnerOutput([s.request_id for s in scheduled], [t for t, _ in drawn], [lp for _, lp in drawn])
+        if len(drawn) == len(scheduled):
+            return ModelRunnerOutput([s.request_id for s in scheduled], [t for t, _ in drawn], [lp for _, lp in drawn])
+        # the check: the model's token at each position, while it is the proposal there, and the one after them
+        out, at = ModelRunnerOutput(), 0
+        for s, n in zip(scheduled, spans):
+            mine, at = drawn[at:at + n], at + n
+            out.req_ids.append(s.request_id)
+            out.token_ids.append(mine[0][0])
+            out.logprobs.append(mine[0][1])
+            kept = 0
+            while kept < n - 1 and mine[kept][0] == s.draft_token_ids[kept]: kept += 1
+            if kept: out.extra[s.request_id] = mine[1:kept + 1]
+        return out

@@ -14,6 +14,7 @@ from .core import ConfigError
 from .sampling import stop_token_set
 from .request import Request, RequestStatus
 from .kvcache import KVCache
+from .speculative import NgramIndex, Speculation, speculates
 
 # %% auto #0
 __all__ = ['SamplingState', 'ScheduledRequest', 'SchedulerOutput', 'ModelRunnerOutput', 'Scheduler']
@@ -36,14 +37,16 @@ class ScheduledRequest:
     token_ids: list[int]             # the tokens it computes this step
     start: int                       # the position of the first (its tokens already in the cache)
     sampling: SamplingState | None   # set iff this step closes its gap, so its last position is sampled
+    # tokens proposed after its last one (speculative decoding): in `token_ids` too, each position sampled
+    draft_token_ids: tuple[int, ...] = ()
     @classmethod
-    def of(cls, req: Request, num_tokens: int, row: int) -> ScheduledRequest:
-        "The next `num_tokens` of `req`, computed in cache row `row`."
+    def of(cls, req: Request, num_tokens: int, row: int, drafts: tuple[int, ...] = ()) -> ScheduledRequest:
+        "The next `num_tokens` of `req`, and `drafts` proposed after them, computed in cache row `row`."
         c = req.num_computed_tokens
         closes = c + num_tokens == req.num_tokens
-        return cls(req.request_id, row, req.token_ids(c, c + num_tokens), c,
+        return cls(req.request_id, row, req.token_ids(c, c + num_tokens) + list(drafts), c,
                    SamplingState(req.params, req.generator, req.prompt_token_ids, req.output_token_ids, req.matcher)
-                   if closes else None)
+                   if closes else None, tuple(drafts))
     @property
     def num_tokens(self) -> int: return len(self.token_ids)
     @property
@@ -63,10 +66,12 @@ class SchedulerOutput:
 
 @dataclass(frozen=True)
 class ModelRunnerOutput:
-    "What a step sampled: one token (and its top logprobs, when asked) per request id, in the step's order."
+    """What a step sampled: one token (and its top logprobs, when asked) per request id, in the step's order; `extra`:
+    a request's further tokens, where its proposals were accepted (speculative decoding)."""
     req_ids: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict | None] = field(default_factory=list)
+    extra: dict[str, list[tuple[int, dict | None]]] = field(default_factory=dict)
     def __post_init__(self):
         if not len(self.req_ids) == len(self.token_ids) == len(self.logprobs):
             raise ValueError(f"{len(self.req_ids)} request ids, {len(self.token_ids)} tokens and {len(self.logprobs)} "
@@ -85,7 +90,8 @@ class Scheduler:
     "Continuous batching with chunked prefill and preemption by recompute."
     def __init__(self, cache: KVCache, max_batch_size: int, max_num_batched_tokens: int,
                  stop_ids: set[int] = frozenset(),
-                 max_mixed_batched_tokens: int | None = None, waiting_served_ratio: float | None = None):
+                 max_mixed_batched_tokens: int | None = None, waiting_served_ratio: float | None = None,
+                 speculation: Speculation | None = None):
         if max_num_batched_tokens < 1:
             raise ConfigError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
         if max_mixed_batched_tokens is not None and max_mixed_batched_tokens < 1:
@@ -106,6 +112,10 @@ class Scheduler:
         self.requests: dict[str, Request] = {}   # every unfinished request
         self.num_preemptions = 0
         self.num_paused_steps = 0                # steps the decodes shared with a whole budget's prefill, by the ratio
+        # speculative decoding: how to propose (None: off), each request's n-gram index, and the counters
+        self.speculation, self.ngrams = speculation, {}
+        self.num_draft_tokens = self.num_accepted_tokens = 0
+        self.accepted_by_position = [0] * (speculation.num_tokens if speculation else 0)
 
     def add(self, req: Request):
         "Queue a new request."
@@ -115,6 +125,19 @@ class Scheduler:
     def has_unfinished(self) -> bool: return bool(self.requests)
 
 # %% ../nbs/16_scheduler.ipynb #3b75672a
+def _drafts(self: Scheduler, req: Request, budget: int) -> tuple[int, ...]:
+    """The tokens proposed after a decoding request's last one (speculative decoding): as many as the budget, its
+    max_tokens, the context and the step's rows leave room for; () where it does not speculate. The rows: every running
+    request with its proposals within `max_rows` (k at most max_rows / running - 1), so a crowd proposes fewer tokens
+    a request, and none from max_rows / 2 requests on."""
+    spec = self.speculation
+    if spec is None or not speculates(req.params, req.matcher, req.num_output_tokens): return ()
+    k = min(spec.num_tokens, spec.max_rows // len(self.running) - 1, budget - 1,
+            req.params.max_tokens - req.num_output_tokens - 1, self.cache.max_model_len - req.num_tokens)
+    if k < 1: return ()
+    index = self.ngrams.setdefault(req.request_id, NgramIndex(spec.n_max, spec.n_min))
+    return tuple(index.propose(req.all_token_ids, k))
+
 def _preempt(self: Scheduler, req: Request):
     self.cache.free(req)
     self.running.remove(req)
@@ -139,14 +162,17 @@ def schedule(self: Scheduler) -> SchedulerOutput:
     for req in list(self.running):
         if req not in self.running or budget == 0: continue      # preempted earlier in this loop
         n = min(req.num_tokens - req.num_computed_tokens, budget)
+        # a decode's proposals, where the pool has room for them now: speculation never preempts
+        drafts = _drafts(self, req, budget) if n == 1 else ()
+        if drafts and not self.cache.can_allocate(req, n + len(drafts)): drafts = ()
         while not self.cache.can_allocate(req, n):
             victim = self.running[-1]
             _preempt(self, victim)
             out.preempted.append(victim.request_id)
             if victim is req: break
         if req.status is RequestStatus.PREEMPTED: continue
-        out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n)))
-        budget -= n
+        out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n + len(drafts)), drafts))
+        budget -= n + len(drafts)
     while self.waiting and budget > 0 and len(self.running) < self.max_batch_size and not out.preempted:
         req = self.waiting[0]
         # the prefix index: the longest named prefix (None without the index)
@@ -177,6 +203,7 @@ def finish(self: Scheduler, req: Request, status: RequestStatus, reason: int | s
     if req in self.running: self.running.remove(req)
     if req in self.waiting: self.waiting.remove(req)
     self.requests.pop(req.request_id, None)
+    self.ngrams.pop(req.request_id, None)
     req.status, req.stop_reason, req.finish_time = status, reason, time.monotonic()
 
 @patch
@@ -189,28 +216,43 @@ def abort(self: Scheduler, request_id: str) -> bool:
 
 @patch
 def update(self: Scheduler, out: SchedulerOutput, result: ModelRunnerOutput) -> list[Request]:
-    """Advance counters, append sampled tokens, advance grammars, apply token-level stops; return the requests that got
-    a token."""
+    """Advance counters, append sampled tokens (and accepted proposals), advance grammars, apply token-level stops;
+    return the requests that got a token."""
     now, got, sampled = time.monotonic(), [], result.as_dict()
     for s in out.scheduled:
         req = self.requests[s.request_id]
-        req.num_computed_tokens += s.num_tokens
+        # with proposals, first only its last real token: the proposals' K/V count once they are accepted
+        req.num_computed_tokens += s.num_tokens - len(s.draft_token_ids)
         self.cache.cache_blocks(req)                             # its newly full blocks can be found by later requests
         if req.request_id not in sampled: continue
-        tok, lp = sampled[req.request_id]
-        req.append_token(tok, now)
-        if lp is not None: req.logprobs.append(lp)
-        if req.matcher is not None: req.matcher.accept(tok)
         got.append(req)
-        p = req.params
-        if len(req.output_token_ids) >= p.min_tokens and tok in stop_token_set(p, self.stop_ids):
-            self.finish(req, RequestStatus.FINISHED_STOPPED, tok)
-            continue
-        if req.num_output_tokens >= p.max_tokens or req.num_tokens >= self.cache.max_model_len:
-            self.finish(req, RequestStatus.FINISHED_LENGTH)
-            continue
-        # a grammar that can take nothing more ends its request, as EOS would
-        if req.matcher is not None and req.matcher.done:
-            # an EOS it ended on (ignore_eos let it through) is not output
-            self.finish(req, RequestStatus.FINISHED_STOPPED, tok if tok in self.stop_ids else None)
+        more = result.extra.get(s.request_id, [])
+        if s.draft_token_ids:
+            self.num_draft_tokens += len(s.draft_token_ids)
+            self.num_accepted_tokens += len(more)
+            for i in range(len(more)): self.accepted_by_position[i] += 1
+        for tok, lp in [sampled[s.request_id], *more]:
+            if self._append(req, tok, lp, now): break
+        if more and not req.is_finished:
+            # the accepted proposals' K/V are kept; the rejected ones' slots are written again by later steps
+            req.num_computed_tokens += len(more)
+            self.cache.cache_blocks(req)
     return got
+
+@patch
+def _append(self: Scheduler, req: Request, tok: int, lp: dict | None, now: float) -> bool:
+    "Append one sampled token to `req`, advance its grammar, and apply the token-level stops; True if it finished."
+    req.append_token(tok, now)
+    if lp is not None: req.logprobs.append(lp)
+    if req.matcher is not None: req.matcher.accept(tok)
+    p = req.params
+    if len(req.output_token_ids) >= p.min_tokens and tok in stop_token_set(p, self.stop_ids):
+        self.finish(req, RequestStatus.FINISHED_STOPPED, tok)
+    elif req.num_output_tokens >= p.max_tokens or req.num_tokens >= self.cache.max_model_len:
+        self.finish(req, RequestStatus.FINISHED_LENGTH)
+    # a grammar that can take nothing more ends its request, as EOS would
+    elif req.matcher is not None and req.matcher.done:
+        # an EOS it ended on (ignore_eos let it through) is not output
+        self.finish(req, RequestStatus.FINISHED_STOPPED, tok if tok in self.stop_ids else None)
+    return req.is_finished
+

@@ -25,6 +25,10 @@ def health_payload(engine: Engine, model_name: str) -> dict:
             'kv_pool': engine.plan.as_dict(),
             'prefix_cache': engine.cache.prefix is not None, 'tensor_parallel': tensor_parallel_info(model),
             'batch_invariant': engine.runner.invariance,
+            'speculative': {'method': engine.config.speculative,
+                            'num_speculative_tokens': engine.config.num_speculative_tokens,
+                            'ngram': [engine.config.ngram_min, engine.config.ngram_max]}
+            if engine.config.speculative != 'none' else None,
             'weights': {'quantization': getattr(model, 'quantization', 'none'),
                         'group_size': getattr(model, 'quant_group_size', None),
                         'bytes': weight_bytes(model)}}

@@ -80,8 +80,9 @@ class PrefixCacheCollector:
             yield m
 
 class SchedulerCollector:
-    "The scheduler's counters: preemptions, and steps given the whole token budget by `--waiting-served-ratio`."
-    def __init__(self, aeng: AsyncEngine): self.aeng = aeng
+    """The scheduler's counters: preemptions, steps given the whole token budget by `--waiting-served-ratio`, and
+    speculative decoding's proposed and accepted tokens (vLLM's names)."""
+    def __init__(self, aeng: AsyncEngine, model_name: str = 'model'): self.aeng, self.model_name = aeng, model_name
     def collect(self):
         s = self.aeng.stats()
         yield CounterMetricFamily('nanoserve_preemptions',
@@ -89,6 +90,16 @@ class SchedulerCollector:
                                   value=s.num_preemptions)
         yield CounterMetricFamily('nanoserve_paused_steps', 'Steps that decodes shared with a whole token budget of '
                                   'prefill (--waiting-served-ratio)', value=s.num_paused_steps)
+        # speculative decoding, under vLLM's names (--speculative)
+        for name, doc, v in (('num_draft_tokens', 'Number of draft tokens.', s.spec_draft_tokens),
+                             ('num_accepted_tokens', 'Number of accepted tokens.', s.spec_accepted_tokens)):
+            m = CounterMetricFamily(f'vllm:spec_decode_{name}', doc, labels=['model_name'])
+            m.add_metric([self.model_name], v)
+            yield m
+        m = CounterMetricFamily('vllm:spec_decode_num_accepted_tokens_per_pos', 'Accepted tokens per draft position.',
+                                labels=['model_name', 'position'])
+        for pos, v in enumerate(s.spec_accepted_by_position): m.add_metric([self.model_name, str(pos)], v)
+        yield m
 
 LATENCY_BUCKETS = (.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
 
@@ -112,7 +123,7 @@ class ServerMetrics:
         self.e2e = h('nanoserve_e2e_request_latency_seconds', 'End-to-end request latency')
         r.register(CaptureCollector(aeng))
         r.register(PrefixCacheCollector(aeng, model_name))
-        r.register(SchedulerCollector(aeng))
+        r.register(SchedulerCollector(aeng, model_name))
         # vLLM's names (its V1 metrics), so that a Grafana dashboard made for vLLM reads this server unchanged
         m, lab = model_name, ['model_name']
         vg = lambda name, doc, f: Gauge(name, doc, lab, registry=r).labels(m).set_function(f)

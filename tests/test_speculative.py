@@ -1,0 +1,164 @@
+"""Day 62, speculative decoding (n-gram proposals): greedy output token for token what it is without speculation, with
+its logprobs, on the default model over the bench's extractive, code-edit and random prompts, through the decode call
+and through the layers' forward; on the tiny model with random arrivals, aborts and preemptions, the KV pool's
+bookkeeping checked after every step and nothing leaked; stop strings and max_tokens inside accepted proposals; the
+refusals; and a real server streaming it to the openai client."""
+import csv, random, re, subprocess, sys
+from pathlib import Path
+import httpx, pytest
+from hypothesis import given, settings, HealthCheck, strategies as st
+import openai
+from nanoserve.core import ConfigError
+from nanoserve.engine import Engine, EngineConfig
+from nanoserve.launch import build_engine
+from nanoserve.loadgen import spawn_server
+from nanoserve.offline_bench import make_workload, text_workload
+from nanoserve.sampling import SamplingParams
+
+NANOSERVE = str(Path(sys.executable).parent / 'nanoserve')
+
+
+def outputs(engine, prompts, params):
+    return [(o.token_ids, o.logprobs, o.text, o.finish_reason) for o in engine.generate(prompts, params,
+                                                                                         use_tqdm=False)]
+
+
+@pytest.fixture(scope='module')
+def default_engines(default_model):
+    kw = dict(dtype='bfloat16', max_batch_size=4, max_model_len=1024)
+    return build_engine(default_model, **kw), build_engine(default_model, **kw, speculative='ngram')
+
+
+@pytest.mark.parametrize('kind', ['extractive', 'code-edit', 'random'])
+def test_greedy_output_unchanged_on_the_default_model(default_engines, kind):
+    plain, spec = default_engines
+    w = (make_workload(4, (32, 96), 48, plain.model.config.vocab_size, seed=1) if kind == 'random'
+         else text_workload(kind, plain.tokenizer, 4, 96, seed=1))
+    params = SamplingParams(max_tokens=w.output_len, temperature=0, logprobs=2)
+    before = spec.scheduler.num_accepted_tokens
+    assert outputs(spec, w.prompts, params) == outputs(plain, w.prompts, params)
+    if kind != 'random': assert spec.scheduler.num_accepted_tokens > before       # it did speculate
+
+
+def test_one_row_takes_the_decode_call_and_the_layers_agree(default_model):
+    "Batch 1 through the decode call (each proposal a row), and through the layers' forward (--no-decode-call)."
+    w = text_workload('extractive', build_engine(default_model, dtype='bfloat16').tokenizer, 2, 64)
+    params = SamplingParams(max_tokens=64, temperature=0)
+    runs = {}
+    for call in (True, False):
+        for spec in ('none', 'ngram'):
+            e = build_engine(default_model, dtype='bfloat16', max_batch_size=1, decode_call=call, speculative=spec)
+            assert (e.runner.decode_call is not None) == call
+            runs[call, spec] = outputs(e, w.prompts, params)
+            if spec == 'ngram': assert e.scheduler.num_accepted_tokens > 0
+    assert runs[True, 'ngram'] == runs[True, 'none'] and runs[False, 'ngram'] == runs[False, 'none']
+
+
+def test_stop_strings_and_max_tokens_inside_accepted_proposals(default_engines):
+    "A stop string or max_tokens reached in the middle of a step's accepted tokens ends the output where it would."
+    plain, spec = default_engines
+    w = text_workload('extractive', plain.tokenizer, 2, 80, seed=2)
+    full = outputs(plain, w.prompts, SamplingParams(max_tokens=80, temperature=0))
+    for p in (SamplingParams(max_tokens=80, temperature=0, stop=[full[0][2][30:36]]),
+              SamplingParams(max_tokens=80, temperature=0, stop=[full[0][2][30:36]], include_stop_str_in_output=True),
+              *(SamplingParams(max_tokens=n, temperature=0) for n in (1, 2, 7, 13))):
+        assert outputs(spec, w.prompts, p) == outputs(plain, w.prompts, p), p
+
+
+request = st.fixed_dictionaries({
+    'prompt': st.lists(st.integers(3, 40), min_size=1, max_size=30),    # a small alphabet: n-grams recur
+    'max_tokens': st.integers(1, 40),
+    'arrive': st.integers(0, 10),
+    'abort': st.one_of(st.none(), st.integers(1, 30)),
+    'logprobs': st.sampled_from([None, 1])})
+
+
+@pytest.fixture(scope='module')
+def tiny_engines(peaky):
+    solo = Engine.build(peaky, max_batch_size=1, max_model_len=128, dtype='float32')
+    # four rows over 12 blocks (192 tokens): a crowd preempts; every step's bookkeeping checked
+    spec = Engine.build(peaky, max_batch_size=4, max_model_len=128, num_kv_blocks=12, dtype='float32',
+                        check_invariants=True, speculative='ngram', num_speculative_tokens=3, ngram_min=1)
+    return solo, spec
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.lists(request, min_size=1, max_size=8))
+def test_tiny_crowd_with_aborts_and_preemption_equals_solo(tiny_engines, reqs):
+    solo, eng = tiny_engines
+    params = lambda r: SamplingParams(max_tokens=r['max_tokens'], temperature=0, ignore_eos=True,
+                                      logprobs=r['logprobs'])
+    pending, ids, done, aborted, step = sorted(range(len(reqs)), key=lambda i: reqs[i]['arrive']), {}, {}, set(), 0
+    while pending or eng.has_unfinished():
+        while pending and reqs[pending[0]]['arrive'] <= step:
+            i = pending.pop(0)
+            ids[eng.add_request(reqs[i]['prompt'], params(reqs[i]))] = i
+        for rid, i in ids.items():
+            if reqs[i]['abort'] == step and eng.abort(rid): aborted.add(i)
+        for o in eng.step(): done[o.request_id] = o
+        step += 1
+    for rid, i in ids.items():
+        if i in aborted: continue
+        alone = solo.generate([reqs[i]['prompt']], params(reqs[i]), use_tqdm=False)[0]
+        # the tokens: the tiny model's head size has no fixed-order attention kernel, so logprobs may differ in
+        # their last bits between batch shapes, speculating or not (the default model's tests compare them exactly)
+        assert done[rid].token_ids == alone.token_ids, (i, reqs[i])
+        assert (done[rid].logprobs is None) == (reqs[i]['logprobs'] is None)
+        if done[rid].logprobs: assert [list(lp) for lp in done[rid].logprobs] == [list(lp) for lp in alone.logprobs]
+    assert eng.cache.pool.num_free == eng.cache.pool.num_blocks and not eng.cache.rows    # nothing leaked
+
+
+def test_the_tiny_crowd_speculates_and_preempts(tiny_engines):
+    "The examples above exercise what they claim: proposals accepted and rejected, and preemption."
+    _, eng = tiny_engines
+    s = eng.scheduler
+    drafts, accepted, preempted = s.num_draft_tokens, s.num_accepted_tokens, s.num_preemptions
+    rng = random.Random(1)
+    prompts = [[rng.randint(3, 12) for _ in range(28)] for _ in range(6)]        # n-grams recur, continuations vary
+    eng.generate(prompts, SamplingParams(max_tokens=30, temperature=0, ignore_eos=True), use_tqdm=False)
+    assert 0 < s.num_accepted_tokens - accepted < s.num_draft_tokens - drafts and s.num_preemptions > preempted
+
+
+def test_refusals(default_model):
+    for kw, words in ((dict(speculative='eagle'), 'must be one of none, ngram'),
+                      (dict(speculative='ngram', ngram_min=5, ngram_max=3), 'above ngram_max'),
+                      (dict(speculative='ngram', num_speculative_tokens=0), 'positive integer'),
+                      (dict(speculative='ngram', bucket_decode=True, persist_inputs=True, capture_decode=True),
+                       'not built yet')):
+        with pytest.raises(ConfigError, match=words): EngineConfig(**kw)
+
+
+def test_server_streams_the_same_text(default_model):
+    "A real server with --speculative ngram streams, through the openai client, the text a plain server returns."
+    msgs = [{'role': 'user', 'content': "Repeat this exactly: the quick brown fox jumps over the lazy dog, and the "
+                                        "lazy dog sleeps while the quick brown fox jumps again."}]
+    texts, spec = {}, ('--speculative', 'ngram')
+    for flags in ((), spec):
+        with spawn_server(default_model, '--served-model-name', 'smol', '--max-batch-size', '2', *flags) as (url, _):
+            client = openai.OpenAI(base_url=url + '/v1', api_key='none', max_retries=0)
+            stream = client.chat.completions.create(model='smol', messages=msgs, max_tokens=48, temperature=0,
+                                                    stream=True)
+            texts[flags] = ''.join(c.choices[0].delta.content or '' for c in stream if c.choices)
+            health, metrics = httpx.get(url + '/health').json(), httpx.get(url + '/metrics').text
+        if flags == spec:
+            assert health['speculative'] == {'method': 'ngram', 'num_speculative_tokens': 8, 'ngram': [2, 4]}
+            drafts = re.search(r'^vllm:spec_decode_num_draft_tokens_total\{model_name="smol"\} (\S+)$', metrics, re.M)
+            accepted = re.search(r'^vllm:spec_decode_num_accepted_tokens_total\{model_name="smol"\} (\S+)$', metrics,
+                                 re.M)
+            assert 0 < float(accepted.group(1)) <= float(drafts.group(1))
+            assert 'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="smol",position="0"}' in metrics
+        else: assert health['speculative'] is None
+    assert texts[()] and texts[()] == texts[spec]
+
+
+def test_bench_offline_reports_the_proposals(default_model, tmp_path):
+    "`nanoserve bench offline --workload extractive --speculative ngram`: the acceptance line, and the CSV's columns."
+    csv_path = tmp_path / 'offline.csv'
+    done = subprocess.run([NANOSERVE, 'bench', 'offline', '--model', str(default_model), '--dtypes', 'bfloat16',
+                           '--num-requests', '2', '--output-len', '48', '--batch1-requests', '1',
+                           '--workload', 'extractive', '--speculative', 'ngram', '--csv', str(csv_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(open(csv_path)))
+    assert all(int(r['accepted_tokens']) <= int(r['draft_tokens']) for r in rows)
+    assert any(int(r['accepted_tokens']) > 0 for r in rows) and 'proposed tokens accepted' in done.stdout
