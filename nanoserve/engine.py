@@ -121,10 +121,11 @@ class EngineConfig:
     tensor_parallel_size: int = _flag(1, "processes the model is split across: each holds 1/N of the heads, MLP "
                                       "columns, vocabulary and KV pool; gloo on CPU; the others start here, or under "
                                       "torchrun on several machines")
-    speculative: str = _flag('none', "none, or ngram: propose a greedy request's next tokens from n-grams of its own "
-                             "prompt and output (prompt lookup decoding), and check them in one step of the model; "
-                             "the output is unchanged, token for token; a step's requests with their proposals stay "
-                             "within 32 rows, so a crowd proposes fewer a request, and none from 16 requests on")
+    speculative: str = _flag('none', "none, or ngram: propose a request's next tokens from n-grams of its own prompt "
+                             "and output (prompt lookup decoding), and check them in one step of the model, each "
+                             "position drawn as a plain decode draws it: the output is unchanged, token for token, "
+                             "greedy or seeded; a step's requests with their proposals stay within 32 rows, so a crowd "
+                             "proposes fewer a request, and none from 16 requests on; not with structured output")
     num_speculative_tokens: int = _flag(8, 'the most tokens proposed a step for a request (--speculative)')
     ngram_max: int = _flag(4, 'the longest n-gram looked up (--speculative ngram)')
     ngram_min: int = _flag(2, 'the shortest n-gram looked up (--speculative ngram)')
@@ -211,7 +212,9 @@ class EngineConfig:
     def speculation(self) -> Speculation | None:
         "How the scheduler proposes tokens (None: speculative decoding off)."
         if self.speculative == 'none': return None
-        return Speculation(self.num_speculative_tokens, self.ngram_max, self.ngram_min)
+        # the host's sampler draws a sampled request's positions in order; the card's batch sampler does not yet
+        return Speculation(self.num_speculative_tokens, self.ngram_max, self.ngram_min,
+                           sampled=torch.device(self.device).type == 'cpu')
 
     @property
     def capture_flags(self) -> tuple[str, ...]:

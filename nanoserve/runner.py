@@ -14,6 +14,7 @@ from .decode_call import DecodeCall, decode_call_refusal
 from .fast import invariant_refusal
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
 from .sampling import sample, sample_on_device, stop_token_set, argmax_address
+from .sampling import plain_greedy, rows_argmax, nan_rows_argmax, sample_row, top_logprobs
 from .grammar import constrain
 
 # %% auto #0
@@ -152,9 +153,8 @@ class ModelRunner:
 
     def _sample(self, logits: torch.Tensor, scheduled: list[ScheduledRequest],
                 best: list[int] | None = None) -> ModelRunnerOutput:
-        # a request with proposals has a row of logits at each of its positions, drawn as a plain decode's
-        spans = [1 + len(s.draft_token_ids) for s in scheduled]
-        states = [s.sampling for s, n in zip(scheduled, spans) for _ in range(n)]
+        if any(s.draft_token_ids for s in scheduled): return self._check(logits, scheduled, best)
+        states = [s.sampling for s in scheduled]
         stops = [stop_token_set(st.params, self.stop_ids) for st in states]
         raw = logits
         # structured output: only what each grammar allows
@@ -164,16 +164,43 @@ class ModelRunner:
         draw = sample_on_device if self.sample_on_device else sample
         # logprobs: the model's own, mask or not
         drawn = draw(logits, states, stops, raw=raw if rows else None, best=None if rows else best)
-        if len(drawn) == len(scheduled):
-            return ModelRunnerOutput([s.request_id for s in scheduled], [t for t, _ in drawn], [lp for _, lp in drawn])
-        # the check: the model's token at each position, while it is the proposal there, and the one after them
-        out, at = ModelRunnerOutput(), 0
-        for s, n in zip(scheduled, spans):
-            mine, at = drawn[at:at + n], at + n
+        return ModelRunnerOutput([s.request_id for s in scheduled], [t for t, _ in drawn], [lp for _, lp in drawn])
+
+    def _check(self, logits: torch.Tensor, scheduled: list[ScheduledRequest],
+               best: list[int] | None = None) -> ModelRunnerOutput:
+        """A step with proposals (speculative decoding): a request's rows of logits, one a position, drawn in order as
+        plain decodes would draw them (the output so far including the proposals before, its own generator), until
+        the drawn token is not the proposal there; the others' rows drawn together, as `_sample` draws them."""
+        spans = [1 + len(s.draft_token_ids) for s in scheduled]
+        starts = [sum(spans[:i]) for i in range(len(spans))]
+        plain = [i for i, s in enumerate(scheduled) if not s.draft_token_ids]
+        out = ModelRunnerOutput()
+        drawn = {}
+        if plain:
+            rows = [starts[i] for i in plain]
+            sub = self._sample(logits[rows], [scheduled[i] for i in plain],
+                               None if best is None else [best[r] for r in rows])
+            drawn = {rid: (t, lp) for rid, t, lp in zip(sub.req_ids, sub.token_ids, sub.logprobs)}
+        for i, s in enumerate(scheduled):
+            if not s.draft_token_ids:
+                out.req_ids.append(s.request_id)
+                out.token_ids.append(drawn[s.request_id][0])
+                out.logprobs.append(drawn[s.request_id][1])
+                continue
+            st, at = s.sampling, starts[i]
+            stops, so_far, mine = stop_token_set(st.params, self.stop_ids), list(st.output_token_ids), []
+            for pos in range(spans[i]):
+                row = logits[at + pos]
+                if plain_greedy(st.params, so_far, stops):
+                    tok = (rows_argmax(row[None]) if best is None else nan_rows_argmax(row[None], best[at + pos:]))[0]
+                else: tok = sample_row(row, st.params, st.generator, st.prompt_token_ids, so_far, stops)
+                lp = None if st.params.logprobs is None else top_logprobs(row, tok, st.params.logprobs)
+                mine.append((tok, lp))
+                so_far.append(tok)
+                if pos == spans[i] - 1 or tok != s.draft_token_ids[pos]: break
             out.req_ids.append(s.request_id)
             out.token_ids.append(mine[0][0])
             out.logprobs.append(mine[0][1])
-            kept = 0
-            while kept < n - 1 and mine[kept][0] == s.draft_token_ids[kept]: kept += 1
-            if kept: out.extra[s.request_id] = mine[1:kept + 1]
+            if len(mine) > 1: out.extra[s.request_id] = mine[1:]
         return out
+

@@ -131,7 +131,7 @@ def _drafts(self: Scheduler, req: Request, budget: int) -> tuple[int, ...]:
     request with its proposals within `max_rows` (k at most max_rows / running - 1), so a crowd proposes fewer tokens
     a request, and none from max_rows / 2 requests on."""
     spec = self.speculation
-    if spec is None or not speculates(req.params, req.matcher, req.num_output_tokens): return ()
+    if spec is None or not speculates(req.params, req.matcher, spec): return ()
     k = min(spec.num_tokens, spec.max_rows // len(self.running) - 1, budget - 1,
             req.params.max_tokens - req.num_output_tokens - 1, self.cache.max_model_len - req.num_tokens)
     if k < 1: return ()

@@ -54,9 +54,9 @@ class Speculation:
     n_max: int = 4
     n_min: int = 2
     max_rows: int = 32
+    sampled: bool = True     # sampled requests speculate too (the host's sampler draws them in order; not on a card)
 
-def speculates(params, matcher, num_output: int) -> bool:
-    """Whether a request's next tokens may be proposed and checked: greedy, no structured output, no penalty that
-    reads the tokens before, and its min_tokens met, so that every position is drawn as a plain decode would draw it."""
-    return (params.greedy and matcher is None and params.repetition_penalty == 1 and not params.presence_penalty
-            and not params.frequency_penalty and num_output >= params.min_tokens)
+def speculates(params, matcher, spec: Speculation) -> bool:
+    """Whether a request's next tokens may be proposed and checked: no structured output (its grammar would have to
+    take each proposal first), and greedy unless `spec.sampled`."""
+    return matcher is None and (params.greedy or spec.sampled)

@@ -4,6 +4,7 @@ and through the layers' forward; on the tiny model with random arrivals, aborts 
 bookkeeping checked after every step and nothing leaked; stop strings and max_tokens inside accepted proposals; the
 refusals; and a real server streaming it to the openai client."""
 import csv, random, re, subprocess, sys
+import torch
 from pathlib import Path
 import httpx, pytest
 from hypothesis import given, settings, HealthCheck, strategies as st
@@ -14,6 +15,7 @@ from nanoserve.launch import build_engine
 from nanoserve.loadgen import spawn_server
 from nanoserve.offline_bench import make_workload, text_workload
 from nanoserve.sampling import SamplingParams
+from nanoserve.scheduler import SamplingState, ScheduledRequest
 
 NANOSERVE = str(Path(sys.executable).parent / 'nanoserve')
 
@@ -38,6 +40,19 @@ def test_greedy_output_unchanged_on_the_default_model(default_engines, kind):
     before = spec.scheduler.num_accepted_tokens
     assert outputs(spec, w.prompts, params) == outputs(plain, w.prompts, params)
     if kind != 'random': assert spec.scheduler.num_accepted_tokens > before       # it did speculate
+
+
+@pytest.mark.parametrize('extra', [{}, {'repetition_penalty': 1.1, 'presence_penalty': 0.5, 'min_tokens': 20}])
+def test_seeded_sampled_output_unchanged_on_the_default_model(default_engines, extra):
+    """Sampled requests speculate too: each position is drawn in order, with the request's own generator and the output
+    before it, as a plain decode draws it, so a seeded request's tokens and logprobs are the plain engine's."""
+    plain, spec = default_engines
+    w = text_workload('extractive', plain.tokenizer, 4, 96, seed=5)
+    before = spec.scheduler.num_accepted_tokens
+    for seed in (1, 2):
+        params = SamplingParams(max_tokens=96, temperature=0.7, top_p=0.95, seed=seed, logprobs=1, **extra)
+        assert outputs(spec, w.prompts, params) == outputs(plain, w.prompts, params)
+    assert spec.scheduler.num_accepted_tokens > before
 
 
 def test_one_row_takes_the_decode_call_and_the_layers_agree(default_model):
@@ -70,7 +85,9 @@ request = st.fixed_dictionaries({
     'max_tokens': st.integers(1, 40),
     'arrive': st.integers(0, 10),
     'abort': st.one_of(st.none(), st.integers(1, 30)),
-    'logprobs': st.sampled_from([None, 1])})
+    'logprobs': st.sampled_from([None, 1]),
+    'temperature': st.sampled_from([0.0, 0.9]),
+    'seed': st.integers(0, 1000)})
 
 
 @pytest.fixture(scope='module')
@@ -86,8 +103,8 @@ def tiny_engines(peaky):
 @given(st.lists(request, min_size=1, max_size=8))
 def test_tiny_crowd_with_aborts_and_preemption_equals_solo(tiny_engines, reqs):
     solo, eng = tiny_engines
-    params = lambda r: SamplingParams(max_tokens=r['max_tokens'], temperature=0, ignore_eos=True,
-                                      logprobs=r['logprobs'])
+    params = lambda r: SamplingParams(max_tokens=r['max_tokens'], temperature=r['temperature'], seed=r['seed'],
+                                      ignore_eos=True, logprobs=r['logprobs'])
     pending, ids, done, aborted, step = sorted(range(len(reqs)), key=lambda i: reqs[i]['arrive']), {}, {}, set(), 0
     while pending or eng.has_unfinished():
         while pending and reqs[pending[0]]['arrive'] <= step:
@@ -162,3 +179,38 @@ def test_bench_offline_reports_the_proposals(default_model, tmp_path):
     rows = list(csv.DictReader(open(csv_path)))
     assert all(int(r['accepted_tokens']) <= int(r['draft_tokens']) for r in rows)
     assert any(int(r['accepted_tokens']) > 0 for r in rows) and 'proposed tokens accepted' in done.stdout
+
+
+
+def chi_square_ok(tokens: list[int], p: torch.Tensor) -> bool:
+    "Whether `tokens` fit the distribution `p`: chi-square under df + 6 sqrt(2 df), cells under 5 expected pooled."
+    counts = torch.bincount(torch.tensor(tokens), minlength=p.numel()).double()
+    expected = len(tokens) * p.double()
+    big = expected >= 5
+    observed, wanted = torch.cat([counts[big], counts[~big].sum()[None]]), torch.cat([expected[big],
+                                                                                     expected[~big].sum()[None]])
+    chi2, df = float(((observed - wanted) ** 2 / wanted.clamp(min=1e-9)).sum()), int(big.sum())
+    return chi2 < df + 6 * (2 * df) ** 0.5           # about 4 standard deviations: p < 1e-4, on fixed seeds
+
+
+def test_checked_positions_follow_the_models_distribution(tiny_engines):
+    """The runner's check of a request with proposals, over 4,000 seeds, on fixed logits: the first position's token
+    follows softmax(logits[0]), and where it was the proposal, the second's follows softmax(logits[1]). A check that
+    accepted a proposal without drawing, or drew the next position from a wrong distribution, fails."""
+    _, eng = tiny_engines
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 40, generator=g) * 1.5
+    logits[0, 7] = logits[0].max() + 1                   # the first proposal likely enough to be accepted often
+    drafts = (7, 3, 9)
+    firsts, seconds = [], []
+    for seed in range(4000):
+        req = SamplingParams(temperature=1.0, seed=seed, max_tokens=10, ignore_eos=True)
+        state = SamplingState(req, torch.Generator().manual_seed(seed), [1, 2, 3], [])
+        s = ScheduledRequest('r', 0, [3, *drafts], 3, state, drafts)
+        out = eng.runner._check(logits, [s])
+        firsts.append(out.token_ids[0])
+        if out.token_ids[0] == drafts[0]: seconds.append(out.extra['r'][0][0])
+        assert len(out.extra.get('r', [])) <= len(drafts)
+    p0, p1 = logits[0].softmax(-1), logits[1].softmax(-1)
+    assert chi_square_ok(firsts, p0) and len(seconds) > 500 and chi_square_ok(seconds, p1)
+    assert not chi_square_ok([drafts[0]] * 4000, p0)    # the test sees a check that always accepts
