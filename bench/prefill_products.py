@@ -59,7 +59,8 @@ def main():
     write_csv(rows_out, a.out / 'prefill_products.csv')
     lines = [f"machine: {machine()}", f"command: {command.strip()}", '']
     lines += [f"{r['shape']:<16} rows {r['rows']:>5}: own {r['own_gflops']:>7} "
-              f"invariant {r['own_invariant_gflops']:>7} oneDNN {r['onednn_gflops']:>7} GFLOP/s, own/oneDNN {r['own_over_onednn']:.2f}x" for r in rows_out]
+              f"invariant {r['own_invariant_gflops']:>7} oneDNN {r['onednn_gflops']:>7} GFLOP/s, "
+              f"own/oneDNN {r['own_over_onednn']:.2f}x" for r in rows_out]
     (a.out / 'prefill_products.txt').write_text('\n'.join(lines) + '\n')
     print(f"-> {a.out}/prefill_products.{{csv,txt}} ({machine()})")
 
