@@ -16,9 +16,9 @@ from .core import NanoserveError
 # %% auto #0
 __all__ = ['MAX_PLAN_REQUESTS', 'KINDS', 'WORDS', 'RUNNING_GAUGES', 'WAITING_GAUGES', 'ANNOUNCED', 'LoadgenError',
            'ClientRequest', 'ClientPlan', 'prompt_text', 'draw_lengths', 'poisson_arrivals', 'parse_lengths',
-           'make_plan', 'make_chat_plan', 'RequestRecord', 'Watch', 'steps_by_batch', 'steps_between', 'check_loopback',
-           'server_identity', 'LoadRun', 'run_plan_async', 'run_plan', 'free_port', 'wait_healthy', 'nanoserve_command',
-           'wait_announced', 'spawn_server']
+           'make_plan', 'make_ask_plan', 'make_chat_plan', 'RequestRecord', 'Watch', 'steps_by_batch', 'steps_between',
+           'check_loopback', 'server_identity', 'LoadRun', 'run_plan_async', 'run_plan', 'free_port', 'wait_healthy',
+           'nanoserve_command', 'wait_announced', 'spawn_server']
 
 # %% ../nbs/40_loadgen.ipynb #3e858d9f
 class LoadgenError(NanoserveError, ValueError):
@@ -182,6 +182,20 @@ def as_crowd(self: ClientPlan) -> ClientPlan:
                       re.sub(r' (crowd|rate=\S+)$', '', self.name) + ' crowd')
 
 # %% ../nbs/40_loadgen.ipynb #00d4eef3
+def make_ask_plan(asks: list[str], output_len: int, *, rate: float | None = None, seed: int = 0,
+                  temperature: float = 0.0, name: str | None = None) -> ClientPlan:
+    """A plan of chat requests with the given user messages (`nanoserve bench serve --workload`'s asks, whose answers
+    are mostly in them), each ending at the model's EOS or `output_len` tokens; arrivals a crowd or Poisson at
+    `rate`/s."""
+    if not 0 < len(asks) <= MAX_PLAN_REQUESTS:
+        raise LoadgenError(f"a plan holds 1..{MAX_PLAN_REQUESTS} requests, got {len(asks)} asks")
+    rng = random.Random(seed)
+    arrivals = [0.0] * len(asks) if rate is None else poisson_arrivals(len(asks), rate, rng)
+    reqs = tuple(ClientRequest(i, ask, output_len, arrivals[i], 'chat', None, False, rng.randrange(2**31),
+                               temperature) for i, ask in enumerate(asks))
+    arrival = 'crowd' if rate is None else f'rate={rate}'
+    return ClientPlan(reqs, name or f"chat asks n={len(asks)} out<={output_len} {arrival}", rate)
+
 def make_chat_plan(num_conversations: int, turns: int, system_len: int = 256, user_len=32, answer_len: int = 48,
                    output_len=32, *, rate: float | None = None, seed: int = 0, temperature: float = 0.0,
                    ignore_eos: bool = True, tokenizer=None, name: str | None = None) -> ClientPlan:

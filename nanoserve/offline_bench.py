@@ -15,7 +15,7 @@ from .engine import Engine
 from .sampling import SamplingParams
 
 # %% auto #0
-__all__ = ['PASSAGES', 'NAMES', 'FUNCTIONS', 'WORKLOADS', 'VLLM_OFFLINE', 'Workload', 'make_workload', 'BenchResult',
+__all__ = ['PASSAGES', 'NAMES', 'FUNCTIONS', 'WORKLOADS', 'VLLM_OFFLINE', 'Workload', 'make_workload', 'BenchResult', 'text_asks',
            'text_workload', 'run_nanoserve', 'run_transformers', 'run_vllm', 'gemm_rate', 'sum_buffer',
            'memory_bandwidth', 'ceilings', 'paired_bandwidth_share', 'write_csv', 'cpu_model', 'machine',
            'best_of_repeats']
@@ -91,12 +91,12 @@ FUNCTIONS = (
     "            out.extend(flatten(item))\n        else:\n            out.append(item)\n    return out\n")
 WORKLOADS = ('random', 'extractive', 'code-edit')
 
-def text_workload(kind: str, tokenizer, num_requests: int, output_len: int, seed: int = 0) -> Workload:
-    """Chat prompts whose answer is mostly in the prompt: `extractive` (a passage to repeat with one name changed) or
+def text_asks(kind: str, num_requests: int, seed: int = 0) -> list[str]:
+    """User messages whose answer is mostly in them: `extractive` (a passage to repeat with one name changed) or
     `code-edit` (a function to return with its name changed), taken round-robin from a seeded start."""
     if kind not in WORKLOADS[1:]:
         raise ValueError(f"a text workload is one of {', '.join(WORKLOADS[1:])}, got {kind!r}")
-    start, prompts = int(torch.randint(0, 1000, (1,), generator=torch.Generator().manual_seed(seed))), []
+    start, asks = int(torch.randint(0, 1000, (1,), generator=torch.Generator().manual_seed(seed))), []
     for i in range(start, start + num_requests):
         if kind == 'extractive':
             (old, new), text = NAMES[i % len(NAMES)], PASSAGES[i % len(PASSAGES)]
@@ -106,8 +106,13 @@ def text_workload(kind: str, tokenizer, num_requests: int, output_len: int, seed
             name = code.split('(')[0].removeprefix('def ')
             ask = (f"Rename the function {name} to {name}_v{i % 7 + 2} and return the whole code:\n\n"
                    f"```python\n{code}```")
-        prompts.append(tokenizer.encode_chat([{'role': 'user', 'content': ask}]))
-    return Workload(prompts, output_len)
+        asks.append(ask)
+    return asks
+
+def text_workload(kind: str, tokenizer, num_requests: int, output_len: int, seed: int = 0) -> Workload:
+    "`text_asks` as chat prompts through the model's template (token ids)."
+    return Workload([tokenizer.encode_chat([{'role': 'user', 'content': ask}])
+                     for ask in text_asks(kind, num_requests, seed)], output_len)
 
 # %% ../nbs/24_offline_bench.ipynb #0d256ce5
 def _pct(xs, q):

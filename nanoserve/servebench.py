@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 import httpx
 from .core import NanoserveError
-from .loadgen import (ClientPlan, LoadRun, LoadgenError, make_plan, parse_lengths, run_plan, spawn_server,
+from .loadgen import (ClientPlan, LoadRun, LoadgenError, make_plan, make_ask_plan, parse_lengths, run_plan,
+                               spawn_server,
                                check_loopback)
 from .loadreport import LoadReport, table, write_csv, plot_reports
 
@@ -188,6 +189,10 @@ def add_serve_flags(p):
                    help='prompt tokens: N, LO:HI (uniform) or A,B,C (a mix) (default 32:128)')
     p.add_argument('--output-len', default='64', help='tokens out, with ignore_eos: N, LO:HI or A,B,C (default 64)')
     p.add_argument('--kind', default='completion', choices=('completion', 'chat'))
+    p.add_argument('--workload', default='random', choices=('random', 'extractive', 'code-edit'),
+                   help="random prompts drawn by length (default), or chat requests whose answer is mostly in them "
+                        "(bench offline's: a passage to repeat with a name changed, a function to rename), each "
+                        "ending at EOS or the largest --output-len")
     p.add_argument('--temperature', type=float, default=0.0)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--plan', default=None, help='use this plan file (JSON) instead of drawing one')
@@ -229,8 +234,15 @@ def cmd_bench_serve(args) -> int:
         if path is not None:
             from nanoserve.tokenizer import Tokenizer
             tok = Tokenizer.from_dir(path)
-        plan = make_plan(args.num_requests, parse_lengths(args.input_len), parse_lengths(args.output_len),
-                         kind=args.kind, seed=args.seed, temperature=args.temperature, tokenizer=tok)
+        if args.workload == 'random':
+            plan = make_plan(args.num_requests, parse_lengths(args.input_len), parse_lengths(args.output_len),
+                             kind=args.kind, seed=args.seed, temperature=args.temperature, tokenizer=tok)
+        else:
+            from nanoserve.offline_bench import text_asks
+            out = parse_lengths(args.output_len)
+            plan = make_ask_plan(text_asks(args.workload, args.num_requests, args.seed),
+                                 max(out) if isinstance(out, (list, tuple)) else out, seed=args.seed,
+                                 temperature=args.temperature, name=f"{args.workload} n={args.num_requests}")
     if args.save_plan: plan.save(args.save_plan)
     # a pullable name goes to the server as a name, so that its own flags pick the pull
     # (--quantization int4: the int4 pull)

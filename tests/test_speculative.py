@@ -3,7 +3,7 @@ its logprobs, on the default model over the bench's extractive, code-edit and ra
 and through the layers' forward; on the tiny model with random arrivals, aborts and preemptions, the KV pool's
 bookkeeping checked after every step and nothing leaked; stop strings and max_tokens inside accepted proposals; the
 refusals; and a real server streaming it to the openai client."""
-import csv, random, re, subprocess, sys
+import csv, json, random, re, subprocess, sys
 import torch
 from pathlib import Path
 import httpx, pytest
@@ -214,3 +214,17 @@ def test_checked_positions_follow_the_models_distribution(tiny_engines):
     p0, p1 = logits[0].softmax(-1), logits[1].softmax(-1)
     assert chi_square_ok(firsts, p0) and len(seconds) > 500 and chi_square_ok(seconds, p1)
     assert not chi_square_ok([drafts[0]] * 4000, p0)    # the test sees a check that always accepts
+
+
+def test_bench_serve_runs_the_extractive_workload_against_a_speculating_server(default_model, tmp_path):
+    "`nanoserve bench serve --workload extractive`: chat asks ending at EOS, against `serve --speculative ngram`."
+    out = tmp_path / 'out'
+    done = subprocess.run([NANOSERVE, 'bench', 'serve', '--model', str(default_model), '--workload', 'extractive',
+                           '--num-requests', '4', '--output-len', '96', '--rates', '', '--out', str(out), '--name',
+                           'spec', '--serve-args', '--speculative ngram --max-batch-size 4', '--save-plan',
+                           str(tmp_path / 'plan.json')], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(open(out / 'spec.csv')))
+    assert [(r['mode'], r['completed'], r['failed']) for r in rows] == [('crowd', '4', '0')]
+    plan = json.loads((tmp_path / 'plan.json').read_text())
+    assert all(r['kind'] == 'chat' and not r['ignore_eos'] and 'word for word' in r['prompt'] for r in plan['requests'])
