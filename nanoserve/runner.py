@@ -153,7 +153,7 @@ class ModelRunner:
 
     def _sample(self, logits: torch.Tensor, scheduled: list[ScheduledRequest],
                 best: list[int] | None = None) -> ModelRunnerOutput:
-        if any(s.draft_token_ids for s in scheduled): return self._check(logits, scheduled, best)
+        if any(s.draft_token_ids for s in scheduled): return self.check_proposals(logits, scheduled, best)
         states = [s.sampling for s in scheduled]
         stops = [stop_token_set(st.params, self.stop_ids) for st in states]
         raw = logits
@@ -166,8 +166,8 @@ class ModelRunner:
         drawn = draw(logits, states, stops, raw=raw if rows else None, best=None if rows else best)
         return ModelRunnerOutput([s.request_id for s in scheduled], [t for t, _ in drawn], [lp for _, lp in drawn])
 
-    def _check(self, logits: torch.Tensor, scheduled: list[ScheduledRequest],
-               best: list[int] | None = None) -> ModelRunnerOutput:
+    def check_proposals(self, logits: torch.Tensor, scheduled: list[ScheduledRequest],
+                        best: list[int] | None = None) -> ModelRunnerOutput:
         """A step with proposals (speculative decoding): a request's rows of logits, one a position, drawn in order as
         plain decodes would draw them (the output so far including the proposals before, its own generator), until
         the drawn token is not the proposal there; the others' rows drawn together, as `_sample` draws them."""

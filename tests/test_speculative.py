@@ -207,7 +207,7 @@ def test_checked_positions_follow_the_models_distribution(tiny_engines):
         req = SamplingParams(temperature=1.0, seed=seed, max_tokens=10, ignore_eos=True)
         state = SamplingState(req, torch.Generator().manual_seed(seed), [1, 2, 3], [])
         s = ScheduledRequest('r', 0, [3, *drafts], 3, state, drafts)
-        out = eng.runner._check(logits, [s])
+        out = eng.runner.check_proposals(logits, [s])
         firsts.append(out.token_ids[0])
         if out.token_ids[0] == drafts[0]: seconds.append(out.extra['r'][0][0])
         assert len(out.extra.get('r', [])) <= len(drafts)
