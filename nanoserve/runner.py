@@ -4,6 +4,8 @@
 
 # %% ../nbs/18_runner.ipynb #02fb8546
 from __future__ import annotations
+import itertools
+from dataclasses import replace
 import torch
 from .core import HOST
 from .model import CausalLM
@@ -14,7 +16,6 @@ from .decode_call import DecodeCall, decode_call_refusal
 from .fast import invariant_refusal
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
 from .sampling import sample, sample_on_device, stop_token_set, argmax_address
-from .sampling import plain_greedy, rows_argmax, nan_rows_argmax, sample_row, top_logprobs
 from .grammar import constrain
 
 # %% auto #0
@@ -172,7 +173,7 @@ class ModelRunner:
         plain decodes would draw them (the output so far including the proposals before, its own generator), until
         the drawn token is not the proposal there; the others' rows drawn together, as `_sample` draws them."""
         spans = [1 + len(s.draft_token_ids) for s in scheduled]
-        starts = [sum(spans[:i]) for i in range(len(spans))]
+        starts = [0, *itertools.accumulate(spans)]
         plain = [i for i, s in enumerate(scheduled) if not s.draft_token_ids]
         out = ModelRunnerOutput()
         drawn = {}
@@ -187,17 +188,15 @@ class ModelRunner:
                 out.token_ids.append(drawn[s.request_id][0])
                 out.logprobs.append(drawn[s.request_id][1])
                 continue
-            st, at = s.sampling, starts[i]
-            stops, so_far, mine = stop_token_set(st.params, self.stop_ids), list(st.output_token_ids), []
-            for pos in range(spans[i]):
-                row = logits[at + pos]
-                if plain_greedy(st.params, so_far, stops):
-                    tok = (rows_argmax(row[None]) if best is None else nan_rows_argmax(row[None], best[at + pos:]))[0]
-                else: tok = sample_row(row, st.params, st.generator, st.prompt_token_ids, so_far, stops)
-                lp = None if st.params.logprobs is None else top_logprobs(row, tok, st.params.logprobs)
+            # each position through the sampler as a plain decode, over the output before it
+            stops = stop_token_set(s.sampling.params, self.stop_ids)
+            so_far, mine = list(s.sampling.output_token_ids), []
+            for at in range(starts[i], starts[i + 1]):
+                state = replace(s.sampling, output_token_ids=so_far)
+                (tok, lp), = sample(logits[at:at + 1], [state], [stops], best=None if best is None else best[at:at + 1])
                 mine.append((tok, lp))
                 so_far.append(tok)
-                if pos == spans[i] - 1 or tok != s.draft_token_ids[pos]: break
+                if at == starts[i + 1] - 1 or tok != s.draft_token_ids[at - starts[i]]: break
             out.req_ids.append(s.request_id)
             out.token_ids.append(mine[0][0])
             out.logprobs.append(mine[0][1])
