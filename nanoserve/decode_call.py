@@ -35,7 +35,7 @@ class _Model(ctypes.Structure):
                                    'max_pos', 'num_slots')]
                 + [('eps', ctypes.c_float), ('scale', ctypes.c_float)]
                 + [(n, _P) for n in ('cos', 'sin', 'final_norm', 'lm_head', 'lm_head_bias')]
-                + [('layer', ctypes.POINTER(_Layer))])
+                + [('layer', ctypes.POINTER(_Layer)), ('head_quant', _I)])
 
 def _declare(lib):
     lib.decode_forward.restype = ctypes.c_int
@@ -87,8 +87,10 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
                 f"(this model has {fast or 'none of them'})")
     if dt == torch.bfloat16: kernel = "the bfloat16 kernel's product (AMX, or AVX512-BF16's dot products)"
     else: kernel = "the float32 kernel's product (AVX-512 or AVX2)"
-    if type(model.model.embed_tokens) not in (nn.Embedding, PackedEmbedding) or not _own(model.lm_head, dt):
-        return f'its embedding or LM head is not a plain one with {kernel}'
+    # the LM head: the kernel's product, or quantized like the layers (`quantize_head`, a draft model's)
+    head = _own(model.lm_head, dt) or _quant(model.lm_head) in {_quant(p) for p in _layer_products(model)} - {None}
+    if type(model.model.embed_tokens) not in (nn.Embedding, PackedEmbedding) or not head:
+        return f'its embedding or LM head is not a plain one with {kernel}, nor quantized like its layers'
     if type(model.rotary) is not FastRotary or type(model.model.norm) is not FastRMSNorm:
         return "its rotary embedding or final norm is not the small operators' kernel"
     for layer in model.model.layers:
@@ -157,7 +159,7 @@ class DecodeCall:
                              cache.k.shape[1],
                              model.model.norm.eps, 1 / math.sqrt(cfg.head_dim), _ptr(model.rotary.cos),
                              _ptr(model.rotary.sin), _ptr(model.model.norm.weight), packed(model.lm_head),
-                             _ptr(model.lm_head.bias), self._layers)
+                             _ptr(model.lm_head.bias), self._layers, int(_quant(model.lm_head) is not None))
         self._args = ctypes.byref(self._kernels), ctypes.byref(self._model)
         # laid out as `decode_rows` reads them (decode_call_refusal)
         slots = cache.slots

@@ -25,11 +25,14 @@ from .runner import ModelRunner
 from .parallel import load_sharded, make_runner, ranks_released_on_error, quantize_spec
 from .grammar import GrammarCompiler
 from .speculative import SPECULATIVE_METHODS, Speculation
+from .draft import DraftProposer
+from .pull import resolve_model
 
 # %% auto #0
 __all__ = ['QUANTIZATIONS', 'PREFILL_BUDGET', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'EngineConfig',
            'RequestOutput', 'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts',
-           'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'Engine', 'EngineSnapshot']
+           'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'make_proposer', 'Engine',
+           'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
@@ -121,14 +124,23 @@ class EngineConfig:
     tensor_parallel_size: int = _flag(1, "processes the model is split across: each holds 1/N of the heads, MLP "
                                       "columns, vocabulary and KV pool; gloo on CPU; the others start here, or under "
                                       "torchrun on several machines")
-    speculative: str = _flag('none', "none, or ngram: propose a request's next tokens from n-grams of its own prompt "
-                             "and output (prompt lookup decoding), and check them in one step of the model, each "
-                             "position drawn as a plain decode draws it: the output is unchanged, token for token, "
-                             "greedy or seeded; a step's requests with their proposals stay within 32 rows, so a crowd "
-                             "proposes fewer a request, and none from 16 requests on; not with structured output")
+    speculative: str = _flag('none', "none, ngram or draft: propose a request's next tokens from n-grams of its own "
+                             "prompt and output (prompt lookup decoding), or with a draft model (--draft-model), and "
+                             "check them in one step of the model: greedy output is unchanged, token for token; "
+                             "with ngram a seeded request's too (each position drawn as a plain decode draws it), "
+                             "with draft sampled tokens follow the model's distribution (rejection sampling), a "
+                             "seeded request's repeatable for the same arrivals but not independent of the crowd; "
+                             "a step's requests with their proposals stay within 32 rows, so a crowd proposes "
+                             "fewer a request, and none from 16 requests on; not with structured output")
     num_speculative_tokens: int = _flag(8, 'the most tokens proposed a step for a request (--speculative)')
     ngram_max: int = _flag(4, 'the longest n-gram looked up (--speculative ngram)')
     ngram_min: int = _flag(2, 'the shortest n-gram looked up (--speculative ngram)')
+    draft_model: str | None = _flag(None, "the draft model (--speculative draft): a directory or a name nanoserve "
+                                    "can pull, sharing the served model's tokenizer; default: the served model itself, "
+                                    "in --draft-quantization")
+    draft_quantization: str | None = _flag(None, "none, int8 or int4: the draft's weights (--speculative draft); "
+                                           "default: int4 for a draft of the served model itself, else the draft "
+                                           "checkpoint as it is")
 
     def __post_init__(self):
         if self.dtype != 'auto': parse_dtype(self.dtype)
@@ -191,6 +203,16 @@ class EngineConfig:
         if self.ngram_min > self.ngram_max:
             raise ConfigError(f"ngram_min={self.ngram_min} is above ngram_max={self.ngram_max}: the n-grams looked up "
                               "run from ngram_max down to ngram_min")
+        if self.speculative != 'draft' and (self.draft_model is not None or self.draft_quantization is not None):
+            raise ConfigError("draft_model and draft_quantization (--draft-model, --draft-quantization) say which "
+                              "model drafts, and --speculative is not draft: add --speculative draft, or drop them")
+        if self.draft_quantization not in (None, *QUANTIZATIONS):
+            raise ConfigError("draft_quantization (--draft-quantization) must be none, int8 or int4, got "
+                              f"{self.draft_quantization!r}")
+        if self.speculative == 'draft' and self.draft_quant != 'none' and dev.type != 'cpu':
+            raise ConfigError(f"--speculative draft with a {self.draft_quant} draft runs PyTorch's CPU kernels in this "
+                              "version: use --device cpu, or a float draft (--draft-model DIR --draft-quantization "
+                              "none)")
         if self.speculative != 'none' and (any(flags.values()) or self.persistent_batch or self.compile
                                            or self.tensor_parallel_size > 1):
             raise ConfigError(f"--speculative {self.speculative} checks its proposals in eager steps and the decode "
@@ -214,7 +236,19 @@ class EngineConfig:
         if self.speculative == 'none': return None
         # the host's sampler draws a sampled request's positions in order; the card's batch sampler does not yet
         return Speculation(self.num_speculative_tokens, self.ngram_max, self.ngram_min,
-                           sampled=torch.device(self.device).type == 'cpu')
+                           sampled=torch.device(self.device).type == 'cpu', method=self.speculative)
+
+    @property
+    def draft_quant(self) -> str:
+        "The draft's weights: as asked, else int4 for a draft of the served model itself, else its checkpoint's."
+        if self.draft_quantization is not None: return self.draft_quantization
+        return 'int4' if self.draft_model is None else 'none'
+
+    @property
+    def draft_config(self) -> EngineConfig:
+        "How the draft model loads: this config's kernels and dtype, its own quantization, nothing speculative."
+        return replace(self, quantization=self.draft_quant, quant_group_size=None, speculative='none', draft_model=None,
+                       draft_quantization=None)
 
     @property
     def capture_flags(self) -> tuple[str, ...]:
@@ -346,6 +380,33 @@ def make_cache(model: CausalLM, config: EngineConfig) -> KVCache:
                         weight_bytes(model), config.kv_cache_gb, config.num_kv_blocks, share=tp.world if tp else 1)
     return KVCache(cfg, plan, config.max_batch_size, max_len, prefix_caching=config.prefix_cache)
 
+def make_proposer(source: str | Path | CausalLM, model: CausalLM, tokenizer: Tokenizer, cache: KVCache,
+                  config: EngineConfig, stop_ids: set[int], quantize=None, quantize_head=None) -> DraftProposer | None:
+    """The draft model's proposer for --speculative draft (None otherwise): `config.draft_model`, or the served model's
+    own directory `source`, loaded in `config.draft_quant`, its LM head too (`quantize`, `quantize_head`:
+    `nanoserve.quant`'s), its K/V in a pool beside `cache`'s; refused when its vocabulary is not the served model's."""
+    if config.speculative != 'draft': return None
+    if config.draft_model is None and isinstance(source, CausalLM):
+        raise ConfigError("--speculative draft without --draft-model drafts with the served model's own checkpoint, "
+                          "and the model was passed loaded: pass its directory, or name a draft (draft_model=...)")
+    # a name nanoserve can pull resolves as --model does (its int4 pull for an int4 draft)
+    path = resolve_model(config.draft_model, quantization=config.draft_quant) if config.draft_model else source
+    dcfg = with_checkpoint_quantization(path, config.draft_config)
+    draft, draft_tok, _ = load_parts(path, None, dcfg, quantize)
+    if dcfg.quantization != getattr(draft, 'quantization', 'none'):
+        quantize(draft, dcfg.quantization, dcfg.quant_group_size)
+    # its logits only propose: the head in the layers' mode too (half the default model's int4 draft is its head)
+    if quantize_head is not None: quantize_head(draft, dcfg.quantization, getattr(draft, 'quant_group_size', None))
+    mine, theirs = tokenizer.backend.get_vocab(), draft_tok.backend.get_vocab()
+    if draft.config.vocab_size != model.config.vocab_size or mine != theirs:
+        raise ConfigError(f"the draft model {config.draft_model} has a vocabulary of {draft.config.vocab_size} "
+                          f"({len(theirs)} named tokens), the served model {model.config.vocab_size} ({len(mine)}), "
+                          "or their tokens differ: a draft must share the served model's tokenizer; pick a draft of "
+                          "the same family")
+    draft.draft_source, draft.draft_quantization = str(path), dcfg.quantization
+    return DraftProposer(draft, cache, stop_ids, config.batch_invariant, config.decode_kernel, config.decode_call,
+                         config.prefill_kernel)
+
 class Engine:
     "The serving loop over its parts: model, tokenizer, KV cache, scheduler, runner, and an optional decode path."
     def __init__(self, model: CausalLM, tokenizer: Tokenizer, cache: KVCache, scheduler: Scheduler, runner: ModelRunner,
@@ -404,12 +465,14 @@ class Engine:
 
     @classmethod
     def assemble(cls, model: CausalLM, tokenizer: Tokenizer, cache: KVCache, config: EngineConfig, stop_ids: set[int],
-                 decode_path=None, batch=None) -> Engine:
-        "An engine over a loaded model and an allocated cache; the scheduler and the runner are made here."
+                 decode_path=None, batch=None, proposer: DraftProposer | None = None) -> Engine:
+        """An engine over a loaded model and an allocated cache; the scheduler and the runner are made here
+        (`proposer`: the draft model's, for --speculative draft)."""
         return cls(model, tokenizer, cache,
                    Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids,
                              max_mixed_batched_tokens=config.max_mixed_batched_tokens,
-                             waiting_served_ratio=config.waiting_served_ratio, speculation=config.speculation),
+                             waiting_served_ratio=config.waiting_served_ratio, speculation=config.speculation,
+                             proposer=proposer),
                    make_runner(model, cache, stop_ids, config.batch_invariant, config.decode_kernel, config.decode_call,
                                config.prefill_kernel, config.check_devices), config, stop_ids, decode_path, batch)
 
@@ -428,11 +491,17 @@ class Engine:
             raise ConfigError(f"{' and '.join(config.capture_flags + ('compile',) * config.compile)}: Engine.build "
                               "assembles the eager engine only; nanoserve.launch.build_engine compiles the layers and "
                               "builds the decode path")
+        if config.speculative == 'draft' and config.draft_quant != 'none':
+            raise ConfigError(f"--speculative draft with a {config.draft_quant} draft: Engine.build assembles the "
+                              "eager engine only; nanoserve.launch.build_engine quantizes the draft (or pass a float "
+                              "draft: draft_quantization='none')")
+        source = model
         model, tokenizer, stop = load_parts(model, tokenizer, config)
         # tensor parallel: a build that fails after the shards loaded leaves no worker waiting
         with ranks_released_on_error(model):
             cache = make_cache(model, config)
-            return cls.assemble(model, tokenizer, cache, config, stop, decode_path and decode_path(model, cache), batch)
+            return cls.assemble(model, tokenizer, cache, config, stop, decode_path and decode_path(model, cache), batch,
+                                make_proposer(source, model, tokenizer, cache, config, stop))
 
 # %% ../nbs/20_engine.ipynb #c5dcc411
 @patch

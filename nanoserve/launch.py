@@ -11,7 +11,7 @@ import torch
 from .core import ConfigError, human_bytes, dtype_name
 from .weights import weight_bytes
 from .kvcache import KVCache, available_ram
-from .engine import Engine, EngineConfig, load_parts, make_cache, with_checkpoint_quantization
+from .engine import Engine, EngineConfig, load_parts, make_cache, with_checkpoint_quantization, make_proposer
 from .parallel import ranks_released_on_error
 from .async_engine import AsyncEngine
 from .serve import health_payload, serve_engine
@@ -26,7 +26,7 @@ from .model import CausalLM
 from .decode_call import decode_call_refusal
 from .fast import invariant_refusal
 from .batch import PersistentBatch
-from .quant import quantize_model
+from .quant import quantize_model, quantize_head
 
 # %% auto #0
 __all__ = ['BootUnsound', 'Boot', 'add_engine_flags', 'recorder_for', 'check_capture_settings', 'config_from_args', 'free_bytes',
@@ -156,6 +156,7 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
         boot.seconds[stage] = round(now - t[0], 3)
         t[0] = now
     # tensor-parallel ranks quantize their shards as they load
+    source = model
     model, tokenizer, stop = load_parts(model, tokenizer, config, quantize)
     # tensor parallel: a boot that fails after the shards loaded leaves no worker waiting
     with ranks_released_on_error(model):
@@ -189,7 +190,8 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
                                          capture=config.capture_decode)
             lap('capture_plan')
         engine = Engine.assemble(model, tokenizer, cache, config, stop, decode_path,
-                                 batch() if config.uses_persistent_batch else None)
+                                 batch() if config.uses_persistent_batch else None,
+                                 make_proposer(source, model, tokenizer, cache, config, stop, quantize, quantize_head))
         recorded_invariant = engine.runner.batch_invariant and decode_path is not None
         if recorded_invariant and (why := fixed_order_refusal(model, config.decode_kernel)):
             raise ConfigError(f"--batch-invariant with --cuda-graphs: {why}, so the recorded decode would not give "

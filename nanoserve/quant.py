@@ -16,7 +16,7 @@ from .gguf import unpack_nibbles
 
 # %% auto #0
 __all__ = ['QUANT_ROWS', 'FUSED_PARTS', 'quantize_int8', 'dequantize_int8', 'quantize_int4', 'dequantize_int4', 'Int8Linear',
-           'Int4Linear', 'group_size_for', 'quantize_model', 'load_int4_layers']
+           'Int4Linear', 'group_size_for', 'quantize_model', 'quantize_head', 'load_int4_layers']
 
 # %% ../nbs/55_quant.ipynb #1f5bf340
 # the output rows quantized at a time: each row's codes depend on that row alone, so this only bounds the float32
@@ -152,6 +152,25 @@ def quantize_model(model: CausalLM, mode: str = 'int8', group_size: int | None =
                 for name, mod in list(block.named_children()):
                     if isinstance(mod, (FastLinear, nn.Linear)): setattr(block, name, make(mod.weight, mod.bias))
     model.quantization, model.quant_group_size = mode, group_size if mode == 'int4' else None
+    return model
+
+def quantize_head(model: CausalLM, mode: str = 'int4', group_size: int | None = None) -> CausalLM:
+    """The LM head quantized too, in place, like the decoder layers (`mode`): for a draft model, whose logits only
+    propose, so the rounding costs acceptance and never correctness. A tied head's rows are the embedding's (read
+    through it, whatever copy holds them); an untied one's own weight. The embedding keeps its copy."""
+    if mode == 'none': return model
+    if model.device.type != 'cpu': raise ConfigError(f"quantizing the LM head ({mode}) runs on the CPU only")
+    emb, head = model.model.embed_tokens, model.lm_head
+    with torch.no_grad():
+        if model.config.tie_word_embeddings:
+            w = emb(torch.arange(model.config.vocab_size, device=model.device))
+        elif head.weight.numel(): w = head.weight
+        else: raise ConfigError("the LM head's weight was released when it was packed: load the model keeping it")
+        group_size = group_size or getattr(model, 'quant_group_size', None) or group_size_for(model)
+        new = Int8Linear(w, head.bias) if mode == 'int8' else Int4Linear(w, head.bias, group_size)
+    # the model's dtype is read from its head's weight: the old one's (a stub once packed) stays for it
+    new.weight = head.weight
+    model.lm_head, model.head_quantization = new, mode
     return model
 
 # %% ../nbs/55_quant.ipynb #a8c765d9

@@ -15,7 +15,8 @@ from .attention import DECODE_KERNEL_HEAD_SIZES, decode_kernel as decode_kernel_
 from .decode_call import DecodeCall, decode_call_refusal
 from .fast import invariant_refusal
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
-from .sampling import sample, sample_on_device, stop_token_set, argmax_address
+from .sampling import sample, sample_on_device, stop_token_set, argmax_address, row_probs, top_logprobs
+from .speculative import accept_or_resample
 from .grammar import constrain
 
 # %% auto #0
@@ -110,7 +111,14 @@ class ModelRunner:
 
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
         "Forward the step and sample one token for each request whose gap it closes."
-        if out.is_empty: return ModelRunnerOutput()
+        if (got := self.step_logits(out)) is None: return ModelRunnerOutput()
+        return self._sample(*got)
+
+    def step_logits(self, out: SchedulerOutput) -> tuple[torch.Tensor, list[ScheduledRequest], list[int] | None] | None:
+        """Forward the step: the logits of its sampled rows (each sampling request's last position and its proposals'),
+        the requests they sample for, and the rows' argmaxes where the decode call computed them; None when no row
+        samples."""
+        if out.is_empty: return None
         sc = out.scheduled
         has_fast_path = self.decode_path is not None or self.decode_call is not None
         # decodes only, some with proposals: the call takes each proposal as one more row of the same cache row, at
@@ -122,16 +130,15 @@ class ModelRunner:
             # greedy: a row the argmax may serve
             greedy = any(s.sampling.params.greedy and s.sampling.matcher is None for s in sc)
             if self.decode_path is not None and len(rows) == len(sc):   # it enters inference mode where it runs torch
-                logits = self.decode_path.run(rows, tokens, ctx, greedy)
-                return self._sample(logits, sc, getattr(self.decode_path, 'best', None))
+                return self.decode_path.run(rows, tokens, ctx, greedy), sc, getattr(self.decode_path, 'best', None)
             # the decode call, given lists rather than tensors, outside inference mode
             # (a C call has no autograd to turn off)
             if self.decode_call is not None and (logits := self.decode_call.run(rows, tokens, ctx, greedy)) is not None:
-                return self._sample(logits, sc, self.decode_call.best)
+                return logits, sc, self.decode_call.best
         with torch.inference_mode():
             input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)
             logits = self.logits(input_ids, positions, meta, sample_idx)
-            return ModelRunnerOutput() if logits is None else self._sample(logits, samplers)
+            return None if logits is None else (logits, samplers, None)
 
     def logits(self, input_ids: torch.Tensor, positions: torch.Tensor, meta,
                sample_idx: list[int]) -> torch.Tensor | None:
@@ -188,10 +195,18 @@ class ModelRunner:
                 out.token_ids.append(drawn[s.request_id][0])
                 out.logprobs.append(drawn[s.request_id][1])
                 continue
-            # each position through the sampler as a plain decode, over the output before it
+            # each position through the sampler as a plain decode, over the output before it; a proposal drawn from
+            # a draft model's distribution: kept or drawn again by rejection sampling
             stops = stop_token_set(s.sampling.params, self.stop_ids)
             so_far, mine = list(s.sampling.output_token_ids), []
             for at in range(starts[i], starts[i + 1]):
+                if s.draft_probs is not None and (j := at - starts[i]) < len(s.draft_token_ids):
+                    tok, kept = self.resample(logits[at], s, so_far, stops, j)
+                    mine.append((tok, None if s.sampling.params.logprobs is None
+                                 else top_logprobs(logits[at], tok, s.sampling.params.logprobs)))
+                    so_far.append(tok)
+                    if kept: continue
+                    break
                 state = replace(s.sampling, output_token_ids=so_far)
                 (tok, lp), = sample(logits[at:at + 1], [state], [stops], best=None if best is None else best[at:at + 1])
                 mine.append((tok, lp))
@@ -202,4 +217,13 @@ class ModelRunner:
             out.logprobs.append(mine[0][1])
             if len(mine) > 1: out.extra[s.request_id] = mine[1:]
         return out
+
+    def resample(self, row: torch.Tensor, s: ScheduledRequest, so_far: list[int], stops: set[int],
+                 j: int) -> tuple[int, bool]:
+        """Rejection sampling at proposal `j` of `s` (a draft model's, drawn from `s.draft_probs[j]`): the model's
+        distribution from its logits `row` after the output `so_far`, processed as a plain decode processes it; the
+        token kept, or drawn from the residual, and whether it was kept."""
+        st = s.sampling
+        p = row_probs(row, st.params, st.prompt_token_ids, so_far, stops)
+        return accept_or_resample(p, s.draft_probs[j], s.draft_token_ids[j], st.generator)
 

@@ -12,9 +12,9 @@ from .core import RequestError, c_library, kernel_source, named_in_profile, HOST
 
 # %% auto #0
 __all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'ARGMAX_C', 'COLUMNS', 'SamplingParams', 'stop_token_set', 'check_request',
-           'apply_penalties', 'sample_row', 'argmax_kernel', 'argmax_address', 'rows_argmax', 'nan_rows_argmax',
-           'top_logprobs', 'plain_greedy', 'sample', 'counter_uniform', 'row_columns', 'processed_logits',
-           'filtered_probs', 'sample_on_device']
+           'apply_penalties', 'row_probs', 'sample_row', 'argmax_kernel', 'argmax_address', 'rows_argmax',
+           'nan_rows_argmax', 'top_logprobs', 'plain_greedy', 'sample', 'counter_uniform', 'row_columns',
+           'processed_logits', 'filtered_probs', 'sample_on_device']
 
 # %% ../nbs/14_sampling.ipynb #7c82596e
 MAX_LOGPROBS = 20
@@ -120,9 +120,11 @@ def apply_penalties(logits: torch.Tensor, params: SamplingParams, prompt_ids: li
         logits = logits - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).to(logits.dtype)
     return logits
 
-def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
-               prompt_ids: list[int] = (), output_ids: list[int] = (), stop_ids: set[int] = frozenset()) -> int:
-    "One token from one row of float32 logits [vocab], drawn with the request's generator."
+def row_probs(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int] = (), output_ids: list[int] = (),
+              stop_ids: set[int] = frozenset()) -> torch.Tensor | int:
+    """What `sample_row` draws from, for one row of logits [vocab]: the probabilities [vocab] (float32) after the
+    request's bias, penalties, temperature, top-k/p and min-p; or the token itself where nothing is left to draw
+    (greedy, or every allowed token overflowed)."""
     logits = given = logits.float()
     if params.logit_bias:
         ids, bias = zip(*params.logit_bias)
@@ -136,7 +138,13 @@ def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     probs = top_k_top_p(logits / params.temperature, max(params.top_k, 0), params.top_p).softmax(-1)
     if params.min_p > 0: probs = probs.masked_fill(probs < params.min_p * probs.max(), 0.0)
     if not bool(torch.isfinite(probs).all()) or not float(probs.sum()) > 0: return int(given.argmax())
-    return int(torch.multinomial(probs, 1, generator=generator))
+    return probs
+
+def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
+               prompt_ids: list[int] = (), output_ids: list[int] = (), stop_ids: set[int] = frozenset()) -> int:
+    "One token from one row of float32 logits [vocab], drawn with the request's generator."
+    probs = row_probs(logits, params, prompt_ids, output_ids, stop_ids)
+    return probs if isinstance(probs, int) else int(torch.multinomial(probs, 1, generator=generator))
 
 # %% ../nbs/14_sampling.ipynb #am000002
 ARGMAX_C = kernel_source('argmax')

@@ -39,14 +39,19 @@ class ScheduledRequest:
     sampling: SamplingState | None   # set iff this step closes its gap, so its last position is sampled
     # tokens proposed after its last one (speculative decoding): in `token_ids` too, each position sampled
     draft_token_ids: tuple[int, ...] = ()
+    # the proposer's distribution [vocab] each proposal was drawn from (a draft model's, for a sampled request), or
+    # None: the runner then checks each position by drawing it as a plain decode would
+    draft_probs: tuple | None = None
     @classmethod
-    def of(cls, req: Request, num_tokens: int, row: int, drafts: tuple[int, ...] = ()) -> ScheduledRequest:
-        "The next `num_tokens` of `req`, and `drafts` proposed after them, computed in cache row `row`."
+    def of(cls, req: Request, num_tokens: int, row: int, drafts: tuple[int, ...] = (),
+           probs: tuple | None = None) -> ScheduledRequest:
+        """The next `num_tokens` of `req`, and `drafts` proposed after them (drawn from `probs`, where given), computed
+        in cache row `row`."""
         c = req.num_computed_tokens
         closes = c + num_tokens == req.num_tokens
         return cls(req.request_id, row, req.token_ids(c, c + num_tokens) + list(drafts), c,
                    SamplingState(req.params, req.generator, req.prompt_token_ids, req.output_token_ids, req.matcher)
-                   if closes else None, tuple(drafts))
+                   if closes else None, tuple(drafts), probs)
     @property
     def num_tokens(self) -> int: return len(self.token_ids)
     @property
@@ -91,7 +96,7 @@ class Scheduler:
     def __init__(self, cache: KVCache, max_batch_size: int, max_num_batched_tokens: int,
                  stop_ids: set[int] = frozenset(),
                  max_mixed_batched_tokens: int | None = None, waiting_served_ratio: float | None = None,
-                 speculation: Speculation | None = None):
+                 speculation: Speculation | None = None, proposer=None):
         if max_num_batched_tokens < 1:
             raise ConfigError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
         if max_mixed_batched_tokens is not None and max_mixed_batched_tokens < 1:
@@ -114,6 +119,11 @@ class Scheduler:
         self.num_paused_steps = 0                # steps the decodes shared with a whole budget's prefill, by the ratio
         # speculative decoding: how to propose (None: off), each request's n-gram index, and the counters
         self.speculation, self.ngrams = speculation, {}
+        if speculation is not None and (speculation.method == 'draft') != (proposer is not None):
+            raise ConfigError("speculation by a draft model needs its proposer (nanoserve.draft.DraftProposer), and "
+                              "only it takes one: pass proposer= with method='draft', and not otherwise")
+        # the draft model's proposer: propose(asks) -> {request id: (proposals, their distributions)}, forget(id)
+        self.proposer = proposer
         self.num_draft_tokens = self.num_accepted_tokens = 0
         self.accepted_by_position = [0] * (speculation.num_tokens if speculation else 0)
 
@@ -125,20 +135,25 @@ class Scheduler:
     def has_unfinished(self) -> bool: return bool(self.requests)
 
 # %% ../nbs/16_scheduler.ipynb #3b75672a
-def _drafts(self: Scheduler, req: Request, budget: int) -> tuple[int, ...]:
-    """The tokens proposed after a decoding request's last one (speculative decoding): as many as the budget, its
-    max_tokens, the context and the step's rows leave room for; () where it does not speculate. The rows: every running
-    request with its proposals within `max_rows` (k at most max_rows / running - 1), so a crowd proposes fewer tokens
-    a request, and none from max_rows / 2 requests on."""
+def _room(self: Scheduler, req: Request, budget: int) -> int:
+    """How many tokens may be proposed after a decoding request's last one (speculative decoding): as many as the
+    budget, its max_tokens, the context and the step's rows leave room for; 0 where it does not speculate. The rows:
+    every running request with its proposals within `max_rows` (k at most max_rows / running - 1), so a crowd proposes
+    fewer tokens a request, and none from max_rows / 2 requests on."""
     spec = self.speculation
-    if spec is None or not speculates(req.params, req.matcher, spec): return ()
-    k = min(spec.num_tokens, spec.max_rows // len(self.running) - 1, budget - 1,
-            req.params.max_tokens - req.num_output_tokens - 1, self.cache.max_model_len - req.num_tokens)
-    if k < 1: return ()
+    if spec is None or not speculates(req.params, req.matcher, spec): return 0
+    return max(0, min(spec.num_tokens, spec.max_rows // len(self.running) - 1, budget - 1,
+                      req.params.max_tokens - req.num_output_tokens - 1, self.cache.max_model_len - req.num_tokens))
+
+def _drafts(self: Scheduler, req: Request, budget: int) -> tuple[int, ...]:
+    "The n-gram proposals after a decoding request's last one: up to `_room`'s count, () where it does not speculate."
+    if (k := _room(self, req, budget)) < 1: return ()
+    spec = self.speculation
     index = self.ngrams.setdefault(req.request_id, NgramIndex(spec.n_max, spec.n_min))
     return tuple(index.propose(req.all_token_ids, k))
 
 def _preempt(self: Scheduler, req: Request):
+    if self.proposer is not None: self.proposer.forget(req.request_id)     # its draft K/V go with its blocks
     self.cache.free(req)
     self.running.remove(req)
     req.status, req.num_computed_tokens = RequestStatus.PREEMPTED, 0
@@ -158,21 +173,30 @@ def schedule(self: Scheduler) -> SchedulerOutput:
               and room >= self.waiting_served_ratio * decoding)
     self.num_paused_steps += paused
     budget = self.max_mixed_batched_tokens if decoding and not paused else self.max_num_batched_tokens
-    out = SchedulerOutput([])
+    out, asks = SchedulerOutput([]), []
+    drafting = self.proposer is not None
     for req in list(self.running):
         if req not in self.running or budget == 0: continue      # preempted earlier in this loop
         n = min(req.num_tokens - req.num_computed_tokens, budget)
-        # a decode's proposals, where the pool has room for them now: speculation never preempts
-        drafts = _drafts(self, req, budget) if n == 1 else ()
-        if drafts and not self.cache.can_allocate(req, n + len(drafts)): drafts = ()
+        # a decode's proposals, where the pool has room for them now: speculation never preempts. A draft model's are
+        # made below, for every request at once, once their slots are allocated (it writes its own K/V there)
+        drafts = _drafts(self, req, budget) if n == 1 and not drafting else ()
+        k = _room(self, req, budget) if n == 1 and drafting else len(drafts)
+        if k and not self.cache.can_allocate(req, n + k): k = 0
         while not self.cache.can_allocate(req, n):
             victim = self.running[-1]
             _preempt(self, victim)
             out.preempted.append(victim.request_id)
             if victim is req: break
         if req.status is RequestStatus.PREEMPTED: continue
-        out.scheduled.append(ScheduledRequest.of(req, n, self.cache.allocate(req, n + len(drafts)), drafts))
-        budget -= n + len(drafts)
+        row = self.cache.allocate(req, n + k)
+        if drafting and k: asks.append((len(out.scheduled), req, row, k))
+        out.scheduled.append(ScheduledRequest.of(req, n, row, drafts[:k]))
+        budget -= n + k
+    if asks:
+        made = self.proposer.propose([(req, row, k) for _, req, row, k in asks])
+        for at, req, row, _ in asks:
+            out.scheduled[at] = ScheduledRequest.of(req, 1, row, *made[req.request_id])
     while self.waiting and budget > 0 and len(self.running) < self.max_batch_size and not out.preempted:
         req = self.waiting[0]
         # the prefix index: the longest named prefix (None without the index)
@@ -204,6 +228,7 @@ def finish(self: Scheduler, req: Request, status: RequestStatus, reason: int | s
     if req in self.waiting: self.waiting.remove(req)
     self.requests.pop(req.request_id, None)
     self.ngrams.pop(req.request_id, None)
+    if self.proposer is not None: self.proposer.forget(req.request_id)
     req.status, req.stop_reason, req.finish_time = status, reason, time.monotonic()
 
 @patch

@@ -12,9 +12,22 @@ from .parallel import tensor_parallel_info
 from .weights import weight_bytes
 
 # %% auto #0
-__all__ = ['health_payload', 'serve_engine']
+__all__ = ['speculative_info', 'health_payload', 'serve_engine']
 
 # %% ../nbs/34_serve.ipynb #ad433366
+def speculative_info(engine: Engine) -> dict | None:
+    "/health's word on speculative decoding: the method, the most tokens proposed, and the n-grams or the draft model."
+    c = engine.config
+    if c.speculative == 'none': return None
+    if c.speculative == 'ngram':
+        return {'method': 'ngram', 'num_speculative_tokens': c.num_speculative_tokens,
+                'ngram': [c.ngram_min, c.ngram_max]}
+    draft = engine.scheduler.proposer
+    return {'method': 'draft', 'num_speculative_tokens': c.num_speculative_tokens,
+            'draft': {'model': draft.model.draft_source, 'quantization': draft.model.draft_quantization,
+                      'head_quantization': getattr(draft.model, 'head_quantization', 'none'),
+                      'weights_bytes': weight_bytes(draft.model), 'kv_bytes': draft.cache.kv_bytes}}
+
 def health_payload(engine: Engine, model_name: str) -> dict:
     "What /health reports about the served model and its memory plan."
     model = engine.model
@@ -25,10 +38,7 @@ def health_payload(engine: Engine, model_name: str) -> dict:
             'kv_pool': engine.plan.as_dict(),
             'prefix_cache': engine.cache.prefix is not None, 'tensor_parallel': tensor_parallel_info(model),
             'batch_invariant': engine.runner.invariance,
-            'speculative': {'method': engine.config.speculative,
-                            'num_speculative_tokens': engine.config.num_speculative_tokens,
-                            'ngram': [engine.config.ngram_min, engine.config.ngram_max]}
-            if engine.config.speculative != 'none' else None,
+            'speculative': speculative_info(engine),
             'weights': {'quantization': getattr(model, 'quantization', 'none'),
                         'group_size': getattr(model, 'quant_group_size', None),
                         'bytes': weight_bytes(model)}}

@@ -5,13 +5,14 @@
 # %% ../nbs/15_speculative.ipynb #b0a30a3f
 from __future__ import annotations
 from dataclasses import dataclass
+import torch
 from .core import ConfigError
 
 # %% auto #0
-__all__ = ['SPECULATIVE_METHODS', 'ngram_propose', 'NgramIndex', 'Speculation', 'speculates']
+__all__ = ['SPECULATIVE_METHODS', 'ngram_propose', 'NgramIndex', 'Speculation', 'speculates', 'accept_or_resample']
 
 # %% ../nbs/15_speculative.ipynb #eeea7c42
-SPECULATIVE_METHODS = ('none', 'ngram')
+SPECULATIVE_METHODS = ('none', 'ngram', 'draft')
 
 def ngram_propose(tokens: list[int], k: int, n_max: int = 4, n_min: int = 2) -> list[int]:
     """Up to `k` tokens to follow `tokens`: for n from `n_max` down to `n_min`, the last n tokens are looked for earlier
@@ -55,8 +56,28 @@ class Speculation:
     n_min: int = 2
     max_rows: int = 32
     sampled: bool = True     # sampled requests speculate too (the host's sampler draws them in order; not on a card)
+    method: str = 'ngram'    # or 'draft': a draft model proposes (its proposer given to the scheduler)
 
 def speculates(params, matcher, spec: Speculation) -> bool:
     """Whether a request's next tokens may be proposed and checked: no structured output (its grammar would have to
     take each proposal first), and greedy unless `spec.sampled`."""
     return matcher is None and (params.greedy or spec.sampled)
+
+# %% ../nbs/15_speculative.ipynb #0db77161
+def accept_or_resample(p: torch.Tensor | int, q: torch.Tensor | int, token: int,
+                       generator: torch.Generator | None) -> tuple[int, bool]:
+    """One position of rejection sampling: `token` was drawn from `q` (the proposer's distribution [vocab], or a token
+    where it was certain); keep it with probability min(1, p[token] / q[token]), else draw from the normalised residual
+    max(p - q, 0). `p`: the model's distribution, or its token where it is certain. (token, whether it was kept); the
+    token is distributed as p whatever q is."""
+    vocab = next((x.numel() for x in (p, q) if isinstance(x, torch.Tensor)), None)
+    if vocab is None: return p, p == token               # both certain: keep it, or take the model's
+    p, q = (x if isinstance(x, torch.Tensor) else torch.zeros(vocab).index_fill_(0, torch.tensor([x]), 1.0)
+            for x in (p, q))
+    pt, qt = float(p[token]), float(q[token])
+    if qt <= pt: return token, True                      # kept for certain: no draw
+    if float(torch.rand(1, generator=generator)) * qt < pt: return token, True
+    residual = (p - q).clamp_(min=0)
+    if not float(residual.sum()) > 0: residual = p        # p == q up to rounding: the residual is p itself
+    return int(torch.multinomial(residual, 1, generator=generator)), False
+

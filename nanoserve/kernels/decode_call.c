@@ -54,6 +54,7 @@ typedef struct {
     const float *cos, *sin;                        /* the rotary tables, [max_pos, head_dim / 2] */
     const void *final_norm, *lm_head, *lm_head_bias;
     const layer *layer;
+    int64_t head_quant;                            /* 1: the LM head is quantized like the layers (a draft model's) */
 } model;
 
 static inline float f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
@@ -130,7 +131,8 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
     }
     if (!rc) {
         kn->norm(h, E, m->final_norm, xn, R, E, m->eps);
-        rc = product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads);
+        if (m->head_quant) rc = layer_product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads);
+        else rc = product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads);
     }
     free(buf);
     return rc;
