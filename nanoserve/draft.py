@@ -49,6 +49,13 @@ class DraftProposer:
         self.computed: dict[str, list[int]] = {}      # request id -> the tokens whose draft K/V are in the pool
         self.num_forwards = 0                         # the draft's steps, catch-up chunks included
 
+    def affordable(self, req) -> bool:
+        """Whether the draft may propose for `req`: the tokens it would first have to compute are at most its prompt
+        (and a few), so a request that decoded without the draft (in a crowd) or lost its draft K/V (preempted) and
+        has grown since does not start it: that catch-up could cost more than the proposals save."""
+        have = len(self.computed.get(req.request_id, ()))
+        return req.num_tokens - have <= len(req.prompt_token_ids) + SHORT_FEED
+
     def forget(self, request_id: str):
         "Drop what the draft knows of a request (its blocks were freed: preempted or finished)."
         self.computed.pop(request_id, None)

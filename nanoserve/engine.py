@@ -132,7 +132,9 @@ class EngineConfig:
                              "seeded request's repeatable for the same arrivals but not independent of the crowd; "
                              "a step's requests with their proposals stay within 32 rows, so a crowd proposes "
                              "fewer a request, and none from 16 requests on; not with structured output")
-    num_speculative_tokens: int = _flag(8, 'the most tokens proposed a step for a request (--speculative)')
+    num_speculative_tokens: int | None = _flag(None, 'the most tokens proposed a step for a request (--speculative; '
+                                               'default: 8 for ngram, whose proposals cost nothing to make, 3 for '
+                                               'draft, whose each cost a step of the draft)')
     ngram_max: int = _flag(4, 'the longest n-gram looked up (--speculative ngram)')
     ngram_min: int = _flag(2, 'the shortest n-gram looked up (--speculative ngram)')
     draft_model: str | None = _flag(None, "the draft model (--speculative draft): a directory or a name nanoserve "
@@ -198,6 +200,7 @@ class EngineConfig:
             raise ConfigError(f"speculative (--speculative) must be one of {', '.join(SPECULATIVE_METHODS)}, got "
                               f"{self.speculative!r}")
         for name in ('num_speculative_tokens', 'ngram_max', 'ngram_min'):
+            if name == 'num_speculative_tokens' and self.num_speculative_tokens is None: continue
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.ngram_min > self.ngram_max:
@@ -235,8 +238,16 @@ class EngineConfig:
         "How the scheduler proposes tokens (None: speculative decoding off)."
         if self.speculative == 'none': return None
         # the host's sampler draws a sampled request's positions in order; the card's batch sampler does not yet
-        return Speculation(self.num_speculative_tokens, self.ngram_max, self.ngram_min,
+        # a draft's rows cost like the model's past a few: it proposes only while the step stays within 8 rows
+        return Speculation(self.speculative_tokens, self.ngram_max, self.ngram_min,
+                           max_rows=8 if self.speculative == 'draft' else 32,
                            sampled=torch.device(self.device).type == 'cpu', method=self.speculative)
+
+    @property
+    def speculative_tokens(self) -> int:
+        "The most tokens proposed a step for a request: as asked, else the method's default (8 ngram, 3 draft)."
+        if self.num_speculative_tokens is not None: return self.num_speculative_tokens
+        return 3 if self.speculative == 'draft' else 8
 
     @property
     def draft_quant(self) -> str:

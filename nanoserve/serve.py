@@ -20,10 +20,10 @@ def speculative_info(engine: Engine) -> dict | None:
     c = engine.config
     if c.speculative == 'none': return None
     if c.speculative == 'ngram':
-        return {'method': 'ngram', 'num_speculative_tokens': c.num_speculative_tokens,
+        return {'method': 'ngram', 'num_speculative_tokens': c.speculative_tokens,
                 'ngram': [c.ngram_min, c.ngram_max]}
     draft = engine.scheduler.proposer
-    return {'method': 'draft', 'num_speculative_tokens': c.num_speculative_tokens,
+    return {'method': 'draft', 'num_speculative_tokens': c.speculative_tokens,
             'draft': {'model': draft.model.draft_source, 'quantization': draft.model.draft_quantization,
                       'head_quantization': getattr(draft.model, 'head_quantization', 'none'),
                       'weights_bytes': weight_bytes(draft.model), 'kv_bytes': draft.cache.kv_bytes}}

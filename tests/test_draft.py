@@ -28,7 +28,7 @@ from test_speculative import chi_square_ok, outputs
 def default_engines(default_model):
     kw = dict(dtype='bfloat16', max_batch_size=4, max_model_len=1024)
     return build_engine(default_model, **kw), build_engine(default_model, **kw, speculative='draft',
-                                                           num_speculative_tokens=6)
+                                                           num_speculative_tokens=4)
 
 
 def test_the_int4_self_draft_is_built_as_documented(default_engines):
