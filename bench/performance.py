@@ -24,12 +24,13 @@ NOTEBOOKS = ('nbs/index.ipynb', 'nbs/24_offline_bench.ipynb')
 FAMILIES = [
     dict(folder='zen4', title='AMD Zen 4 VM', date='2026-12-04', commits='beff1e6, 7b7101f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
-    dict(folder='zen5', title='AMD Zen 5 VM', date='2026-12-03 and 2026-12-05',
-         commits='713fff7, cf295c6, fc2a1ff, 5699a65, 0509de0, c9a4011, 406ff6c, 0822af9, ba063d8',
+    dict(folder='zen5', title='AMD Zen 5 VM', date='2026-12-03 to 2026-12-05',
+         commits='713fff7, cf295c6, fc2a1ff, 5699a65, 0509de0, c9a4011, 406ff6c, 0822af9, ba063d8, 9b2cfca',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('goodput', 'goodput.csv'),
                ('openvino', 'openvino.csv'), ('openvino_int4', 'openvino_int4.csv'), ('quant', 'quant_speed.csv'),
                ('llamacpp', 'quant_llamacpp.csv'), ('speculative', 'speculative.csv'),
-               ('speculative_llamacpp', 'speculative_llamacpp.csv'), ('memory', 'memory.csv'),
+               ('speculative_llamacpp', 'speculative_llamacpp.csv'), ('speculative_draft', 'speculative_draft.csv'),
+               ('speculative_draft', 'speculative_draft_run2.csv'), ('memory', 'memory.csv'),
                ('ab', 'device_discipline_ab.csv')]),
     dict(folder='sapphire_rapids', title='Intel Sapphire Rapids VM (AMX)', date='2026-12-02', commits='6c17c3f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
@@ -131,15 +132,16 @@ def quant_rows(rows: list[dict]) -> list[str]:
                            median(base, 'decode_tok_s')))
     return out
 
-def speculative_rows(rows: list[dict], peers=(('none', 'nanoserve without it'),)) -> list[str]:
-    """`--speculative ngram` against each of `peers` ((arm, name): plain decoding, or llama.cpp's lookup decoding) per
+def speculative_rows(rows: list[dict], peers=(('none', 'nanoserve without it'),), method: str = 'ngram',
+                     label: str = '') -> list[str]:
+    """`--speculative METHOD` against each of `peers` ((arm, name): plain decoding, or llama.cpp's lookup decoding) per
     workload and batch: medians of the alternating rounds' output tok/s."""
     out = []
     for key in dict.fromkeys((r['workload'], r['batch']) for r in rows):
         pick = lambda arm: [r for r in rows if (r['workload'], r['batch']) == key and r['arm'] == arm]
-        ours = pick('ngram')
-        what = (f"`--speculative ngram`, {key[0]} prompts, batch {key[1]}: output tok/s (median of {len(ours)} "
-                "rounds)")
+        ours = pick(method)
+        what = (f"`--speculative {method}`{label}, {key[0]} prompts, batch {key[1]}: output tok/s (median of "
+                f"{len(ours)} rounds)")
         for arm, peer in peers:
             if theirs := pick(arm):
                 out.append(row(what, 'bfloat16', median(ours, 'output_tok_s'), peer, median(theirs, 'output_tok_s')))
@@ -192,6 +194,8 @@ def family_table(fam: dict, latest: Path) -> str:
                   'openvino_int4': lambda rows: openvino_rows(rows, 'int4'), 'speculative': speculative_rows,
                   'speculative_llamacpp': lambda rows: speculative_rows(rows, (('llama.cpp lookup',
                                                                                 'llama.cpp prompt lookup'),)),
+                  'speculative_draft': lambda rows: speculative_rows(rows, method='draft',
+                                                                    label=f" (int4 self-draft, `{name}`)"),
                   'memory': memory_rows}[kind](rows)
     commits = fam['commits'].split(', ')
     head = [f"### {fam['title']}, {fam['date']}", '', ' '.join(f'`{m}`.' for m in machines),
