@@ -130,8 +130,9 @@ class EngineConfig:
                              "with ngram a seeded request's too (each position drawn as a plain decode draws it), "
                              "with draft sampled tokens follow the model's distribution (rejection sampling), a "
                              "seeded request's repeatable for the same arrivals but not independent of the crowd; "
-                             "a step's requests with their proposals stay within 32 rows, so a crowd proposes "
-                             "fewer a request, and none from 16 requests on; not with structured output")
+                             "a step's requests with their proposals stay within 32 rows (8 with a draft), so a "
+                             "crowd proposes fewer a request, and none from 16 requests on (5 with a draft); with "
+                             "structured output, proposals are cut at the first the grammar does not allow")
     num_speculative_tokens: int | None = _flag(None, 'the most tokens proposed a step for a request (--speculative; '
                                                'default: 8 for ngram, whose proposals cost nothing to make, 3 for '
                                                'draft, whose each cost a step of the draft)')

@@ -108,6 +108,15 @@ class Matcher:
     def accept(self, token: int) -> bool:
         "Advance by the sampled token; False if the grammar did not allow it (the matcher then stays in error)."
         return self.m.consume_token(int(token))
+    def validate(self, tokens) -> int:
+        "How many of `tokens`, in order from the first, the grammar allows from here (nothing is consumed)."
+        return self.m.validate_tokens([int(t) for t in tokens])
+    def advance(self, tokens) -> bool:
+        "Consume `tokens` (ones `validate` allowed), to be undone by `rollback`."
+        return self.m.consume_tokens([int(t) for t in tokens])
+    def rollback(self, n: int) -> bool:
+        "Undo the last `n` tokens consumed."
+        return self.m.rollback(n)
     @property
     def done(self) -> bool:
         "The output is complete: the grammar takes no more tokens (only EOS)."

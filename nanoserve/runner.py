@@ -17,7 +17,7 @@ from .fast import invariant_refusal
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
 from .sampling import sample, sample_on_device, stop_token_set, argmax_address, row_probs, top_logprobs
 from .speculative import accept_or_resample
-from .grammar import constrain
+from .grammar import constrain, allowed_tokens
 
 # %% auto #0
 __all__ = ['fixed_order_refusal', 'ModelRunner']
@@ -196,34 +196,62 @@ class ModelRunner:
                 out.logprobs.append(drawn[s.request_id][1])
                 continue
             # each position through the sampler as a plain decode, over the output before it; a proposal drawn from
-            # a draft model's distribution: kept or drawn again by rejection sampling
+            # a draft model's distribution: kept or drawn again by rejection sampling. Structured output: each
+            # position's logits limited to what the grammar allows after the proposals before it
             stops = stop_token_set(s.sampling.params, self.stop_ids)
             so_far, mine = list(s.sampling.output_token_ids), []
-            for at in range(starts[i], starts[i + 1]):
-                if s.draft_probs is not None and (j := at - starts[i]) < len(s.draft_token_ids):
-                    tok, kept = self.resample(logits[at], s, so_far, stops, j)
+            raw = logits[starts[i]:starts[i + 1]]
+            allowed = None if s.sampling.matcher is None else self.grammar_masks(s, stops)
+            rows = raw if allowed is None else raw.masked_fill(~allowed.to(raw.device), float('-inf'))
+            for j in range(len(rows)):
+                if s.draft_probs is not None and j < len(s.draft_token_ids):
+                    tok, kept = self.resample(rows[j], s, so_far, stops, j, None if allowed is None else allowed[j])
                     mine.append((tok, None if s.sampling.params.logprobs is None
-                                 else top_logprobs(logits[at], tok, s.sampling.params.logprobs)))
+                                 else top_logprobs(raw[j], tok, s.sampling.params.logprobs)))
                     so_far.append(tok)
                     if kept: continue
                     break
                 state = replace(s.sampling, output_token_ids=so_far)
-                (tok, lp), = sample(logits[at:at + 1], [state], [stops], best=None if best is None else best[at:at + 1])
+                at = starts[i] + j
+                (tok, lp), = sample(rows[j:j + 1], [state], [stops], raw=None if allowed is None else raw[j:j + 1],
+                                    best=None if best is None or allowed is not None else best[at:at + 1])
                 mine.append((tok, lp))
                 so_far.append(tok)
-                if at == starts[i + 1] - 1 or tok != s.draft_token_ids[at - starts[i]]: break
+                if j == len(rows) - 1 or tok != s.draft_token_ids[j]: break
             out.req_ids.append(s.request_id)
             out.token_ids.append(mine[0][0])
             out.logprobs.append(mine[0][1])
             if len(mine) > 1: out.extra[s.request_id] = mine[1:]
         return out
 
-    def resample(self, row: torch.Tensor, s: ScheduledRequest, so_far: list[int], stops: set[int],
-                 j: int) -> tuple[int, bool]:
+    def resample(self, row: torch.Tensor, s: ScheduledRequest, so_far: list[int], stops: set[int], j: int,
+                 allowed: torch.Tensor | None = None) -> tuple[int, bool]:
         """Rejection sampling at proposal `j` of `s` (a draft model's, drawn from `s.draft_probs[j]`): the model's
         distribution from its logits `row` after the output `so_far`, processed as a plain decode processes it; the
-        token kept, or drawn from the residual, and whether it was kept."""
+        token kept, or drawn from the residual, and whether it was kept. `allowed` (structured output): the tokens the
+        grammar allows there; the proposal was one of them, so it was drawn from q limited to them, renormalised."""
         st = s.sampling
         p = row_probs(row, st.params, st.prompt_token_ids, so_far, stops)
-        return accept_or_resample(p, s.draft_probs[j], s.draft_token_ids[j], st.generator)
+        q = s.draft_probs[j]
+        if allowed is not None and isinstance(q, torch.Tensor):
+            q = q.masked_fill(~allowed.to(q.device), 0.0)
+            q = q / q.sum()
+        return accept_or_resample(p, q, s.draft_token_ids[j], st.generator)
+
+    def grammar_masks(self, s: ScheduledRequest, stops: set[int]) -> torch.Tensor:
+        """bool [1 + proposals, vocab]: the tokens `s`'s grammar allows at each position of its chunk, after the
+        proposals before it (consumed, then rolled back: the matcher is where it was); a position where it allows
+        nothing may only stop."""
+        m, drafts = s.sampling.matcher, s.draft_token_ids
+        rows = []
+        for j in range(len(drafts) + 1):
+            rows.append(allowed_tokens(self.grammars, [m])[0])
+            if j < len(drafts) and not m.advance([drafts[j]]):
+                raise RuntimeError(f"{s.request_id}: proposal {j} was not allowed by its grammar, which the scheduler "
+                                   "checks before a step")
+        m.rollback(len(drafts))
+        out = torch.stack(rows)
+        for r in out:
+            if not r.any() and (stop := stops | self.stop_ids): r[sorted(stop)] = True
+        return out
 

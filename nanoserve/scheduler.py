@@ -152,7 +152,11 @@ def _drafts(self: Scheduler, req: Request, budget: int) -> tuple[int, ...]:
     if (k := _room(self, req, budget)) < 1: return ()
     spec = self.speculation
     index = self.ngrams.setdefault(req.request_id, NgramIndex(spec.n_max, spec.n_min))
-    return tuple(index.propose(req.all_token_ids, k))
+    return _allowed(req, tuple(index.propose(req.all_token_ids, k)))
+
+def _allowed(req: Request, drafts: tuple[int, ...]) -> tuple[int, ...]:
+    "`drafts` up to the first its grammar does not allow (structured output); all of them without one."
+    return drafts if req.matcher is None or not drafts else drafts[:req.matcher.validate(drafts)]
 
 def _preempt(self: Scheduler, req: Request):
     if self.proposer is not None: self.proposer.forget(req.request_id)     # its draft K/V go with its blocks
@@ -198,7 +202,9 @@ def schedule(self: Scheduler) -> SchedulerOutput:
     if asks:
         made = self.proposer.propose([(req, row, k) for _, req, row, k in asks])
         for at, req, row, _ in asks:
-            out.scheduled[at] = ScheduledRequest.of(req, 1, row, *made[req.request_id])
+            drafts, probs = made[req.request_id]
+            n = len(_allowed(req, drafts))
+            out.scheduled[at] = ScheduledRequest.of(req, 1, row, drafts[:n], probs and probs[:n])
     while self.waiting and budget > 0 and len(self.running) < self.max_batch_size and not out.preempted:
         req = self.waiting[0]
         # the prefix index: the longest named prefix (None without the index)

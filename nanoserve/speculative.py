@@ -59,9 +59,9 @@ class Speculation:
     method: str = 'ngram'    # or 'draft': a draft model proposes (its proposer given to the scheduler)
 
 def speculates(params, matcher, spec: Speculation) -> bool:
-    """Whether a request's next tokens may be proposed and checked: no structured output (its grammar would have to
-    take each proposal first), and greedy unless `spec.sampled`."""
-    return matcher is None and (params.greedy or spec.sampled)
+    """Whether a request's next tokens may be proposed and checked: greedy, or sampled where `spec.sampled`. A request
+    with structured output speculates too: its proposals are cut at the first one its grammar does not allow."""
+    return params.greedy or spec.sampled
 
 # %% ../nbs/15_speculative.ipynb #0db77161
 def accept_or_resample(p: torch.Tensor | int, q: torch.Tensor | int, token: int,

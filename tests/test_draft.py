@@ -14,6 +14,7 @@ import transformers
 from hypothesis import given, settings, HealthCheck, strategies as st
 from nanoserve.core import ConfigError
 from nanoserve.engine import Engine, EngineConfig
+from nanoserve.grammar import Structured, allowed_tokens
 from nanoserve.launch import build_engine
 from nanoserve.model import DenseKV
 from nanoserve.loadgen import spawn_server
@@ -195,3 +196,49 @@ def test_server_streams_the_same_text(default_model):
                                  re.M)
             assert float(accepted.group(1)) > 0
     assert texts[()] and texts[()] == texts[spec]
+
+
+def test_structured_output_proposals_follow_the_grammars_distribution(tiny_engines):
+    """Rejection sampling with structured output: the model's distribution limited to what the grammar allows, the
+    draft's proposal drawn from its own limited one (the scheduler passes only proposals the grammar allows; the runner
+    renormalises q over them). Over 8,000 seeds the first position follows the limited p, and the matcher is where it
+    was after every check."""
+    _, eng = tiny_engines
+    draft = eng.scheduler.proposer
+    prompt = [5, 17, 42, 9, 100, 33]
+    spec = Structured.regex('[a-m]+')
+    matcher = eng.grammars.matcher(spec)
+    params = SamplingParams(temperature=3.0, max_tokens=10, ignore_eos=True, structured=spec)
+    ids, pos = torch.tensor(prompt), torch.arange(len(prompt))
+    with torch.inference_mode():
+        p_logits, q_logits = (m.compute_logits(m(ids, pos, DenseKV(m.config.num_hidden_layers).step([len(ids)]))[-1:])
+                              for m in (eng.model, draft.model))
+    allowed = allowed_tokens(eng.grammars, [matcher])[0]
+    assert 5 < int(allowed.sum()) < eng.model.config.vocab_size / 2
+    p, q = (torch.softmax(x[0].float() / 3.0, -1) for x in (p_logits, q_logits))
+    limited = lambda d: d.masked_fill(~allowed, 0) / d.masked_fill(~allowed, 0).sum()
+    logits = torch.cat([p_logits, p_logits])
+    firsts, proposed = [], []
+    for seed in range(8000):
+        g = torch.Generator().manual_seed(seed)
+        d = int(torch.multinomial(limited(q), 1, generator=g))
+        s = ScheduledRequest('r', 0, [prompt[-1], d], len(prompt) - 1,
+                             SamplingState(params, g, prompt[:-1], [], matcher), (d,), (q,))
+        firsts.append(eng.runner.check_proposals(logits, [s]).token_ids[0])
+        proposed.append(d)
+    assert all(allowed[t] for t in firsts) and matcher.validate(firsts[:1]) == 1
+    assert 0.2 < sum(a == b for a, b in zip(firsts, proposed)) / 8000 < 0.9
+    assert chi_square_ok(firsts, limited(p)) and not chi_square_ok(proposed, limited(p))
+
+
+def test_structured_output_greedy_is_unchanged(default_engines):
+    "A greedy request with structured output, drafted for: the plain engine's tokens, with proposals kept."
+    from test_speculative import structured_cases
+    plain, spec = default_engines
+    msgs, specs = structured_cases()
+    s = spec.scheduler
+    accepted = s.num_accepted_tokens
+    for st in specs:
+        params = SamplingParams(max_tokens=120, temperature=0, structured=st, logprobs=1)
+        assert outputs(spec, msgs, params) == outputs(plain, msgs, params)
+    assert s.num_accepted_tokens > accepted

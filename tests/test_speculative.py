@@ -228,3 +228,31 @@ def test_bench_serve_runs_the_extractive_workload_against_a_speculating_server(d
     assert [(r['mode'], r['completed'], r['failed']) for r in rows] == [('crowd', '4', '0')]
     plan = json.loads((tmp_path / 'plan.json').read_text())
     assert all(r['kind'] == 'chat' and not r['ignore_eos'] and 'word for word' in r['prompt'] for r in plan['requests'])
+
+
+SCHEMA = {'type': 'object', 'required': ['colors'],
+          'properties': {'colors': {'type': 'array', 'items': {'type': 'object', 'required': ['name', 'hex'],
+                                                               'properties': {'name': {'type': 'string'},
+                                                                              'hex': {'type': 'string'}}}}}}
+
+
+def structured_cases():
+    from nanoserve.grammar import Structured
+    msgs = [[{'role': 'user', 'content': 'List three colors as JSON with fields name and hex, repeated twice.'}],
+            [{'role': 'user', 'content': 'Say hello.'}]]
+    return msgs, (Structured.json_schema(SCHEMA), Structured.regex('(the quick brown fox ){4}'))
+
+
+@pytest.mark.parametrize('temperature', [0, 0.8])
+def test_structured_output_speculates_and_is_unchanged(default_engines, temperature):
+    """Requests with structured output speculate too: proposals cut at the first one the grammar does not allow, each
+    position checked under the grammar after the proposals before it. Greedy and seeded sampled, the tokens and
+    logprobs are the plain engine's, and the proposals were kept where the output repeats itself."""
+    plain, spec = default_engines
+    msgs, specs = structured_cases()
+    s = spec.scheduler
+    accepted = s.num_accepted_tokens
+    for st in specs:
+        params = SamplingParams(max_tokens=120, temperature=temperature, seed=3, structured=st, logprobs=1)
+        assert outputs(spec, msgs, params) == outputs(plain, msgs, params)
+    assert s.num_accepted_tokens > accepted
