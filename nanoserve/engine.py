@@ -217,11 +217,15 @@ class EngineConfig:
             raise ConfigError(f"--speculative draft with a {self.draft_quant} draft runs PyTorch's CPU kernels in this "
                               "version: use --device cpu, or a float draft (--draft-model DIR --draft-quantization "
                               "none)")
-        if self.speculative != 'none' and (any(flags.values()) or self.persistent_batch or self.compile
+        # on the CPU the capture's plain decode steps replay and its verify steps run through the decode call (or
+        # the layers); a card's recorded graphs have no verify step yet
+        captured = any(flags.values()) or self.persistent_batch
+        if self.speculative != 'none' and (captured and dev.type != 'cpu' or self.compile
                                            or self.tensor_parallel_size > 1):
             raise ConfigError(f"--speculative {self.speculative} checks its proposals in eager steps and the decode "
-                              "call; with --cuda-graphs, --persistent-batch, --compile or --tensor-parallel-size it is "
-                              "not built yet: drop those, or --speculative none")
+                              "call; with --compile, --tensor-parallel-size, or --cuda-graphs / --persistent-batch on "
+                              "a card (its recorded graphs have no verify step) it is not built yet: drop those, or "
+                              "--speculative none")
         asks_capture = self.capture_recorder is not None or not self.warm or not self.capture_prefix_rule
         if asks_capture and not self.capture_decode:
             raise ConfigError("capture_recorder, warm=False and capture_prefix_rule=False (--capture-recorder, "

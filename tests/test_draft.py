@@ -167,7 +167,7 @@ def test_refusals(default_model, tiny_pair, tmp_path):
     for kw, words in ((dict(draft_model='x'), 'add --speculative draft'),
                       (dict(speculative='ngram', draft_quantization='int4'), 'add --speculative draft'),
                       (dict(speculative='draft', draft_quantization='int2'), 'must be none, int8 or int4'),
-                      (dict(speculative='draft', persistent_batch=True), 'not built yet')):
+                      (dict(speculative='draft', tensor_parallel_size=2), 'not built yet')):
         with pytest.raises(ConfigError, match=words): EngineConfig(**kw)
     target, _ = tiny_pair
     other = tiny_checkpoint(tmp_path / 'other', vocab_size=200, max_position_embeddings=128)

@@ -140,8 +140,7 @@ def test_refusals(default_model):
     for kw, words in ((dict(speculative='eagle'), 'must be one of none, ngram'),
                       (dict(speculative='ngram', ngram_min=5, ngram_max=3), 'above ngram_max'),
                       (dict(speculative='ngram', num_speculative_tokens=0), 'positive integer'),
-                      (dict(speculative='ngram', bucket_decode=True, persist_inputs=True, capture_decode=True),
-                       'not built yet')):
+                      (dict(speculative='ngram', compile=True), 'not built yet')):
         with pytest.raises(ConfigError, match=words): EngineConfig(**kw)
 
 
@@ -256,3 +255,19 @@ def test_structured_output_speculates_and_is_unchanged(default_engines, temperat
         params = SamplingParams(max_tokens=120, temperature=temperature, seed=3, structured=st, logprobs=1)
         assert outputs(spec, msgs, params) == outputs(plain, msgs, params)
     assert s.num_accepted_tokens > accepted
+
+
+@pytest.mark.parametrize('persistent_batch', [None, True])
+def test_the_capture_replays_plain_decodes_and_the_call_checks_proposals(default_model, persistent_batch):
+    """`--cuda-graphs` on the CPU (the decode call as its recorder), with and without the persistent batch: plain decode
+    steps replay through the capture, steps with proposals run through the decode call, and the greedy tokens and
+    logprobs are the plain eager engine's."""
+    kw = dict(dtype='bfloat16', max_batch_size=4, max_model_len=1024)
+    plain = build_engine(default_model, **kw)
+    spec = build_engine(default_model, **kw, bucket_decode=True, persist_inputs=True, capture_decode=True,
+                        persistent_batch=persistent_batch, speculative='ngram', check_invariants=True)
+    w = text_workload('extractive', plain.tokenizer, 4, 96, seed=2)
+    params = SamplingParams(max_tokens=96, temperature=0, logprobs=1)
+    assert outputs(spec, w.prompts, params) == outputs(plain, w.prompts, params)
+    assert spec.decode_path.decode_steps > 0 and spec.scheduler.num_accepted_tokens > 0
+    assert (spec.batch is not None) == bool(persistent_batch)
