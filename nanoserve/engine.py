@@ -358,7 +358,7 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
             # the original weights go as their packed copies are made: nothing reads them afterwards
             model = speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear,
                              config.small_ops, config.batch_invariant is not False, release=True, quantize=q)
-    model.dtype_reason = why
+    model.dtype_reason, model.checkpoint_dir = why, path      # the directory: a self-draft loads it again
     with ranks_released_on_error(model):
         tokenizer = tokenizer or Tokenizer.from_dir(path)
         return model, tokenizer, stop_ids_for(path, model, tokenizer)
@@ -402,6 +402,8 @@ def make_proposer(source: str | Path | CausalLM, model: CausalLM, tokenizer: Tok
     own directory `source`, loaded in `config.draft_quant`, its LM head too (`quantize`, `quantize_head`:
     `nanoserve.quant`'s), its K/V in a pool beside `cache`'s; refused when its vocabulary is not the served model's."""
     if config.speculative != 'draft': return None
+    # a model loaded from a directory by `load_parts` remembers it
+    if isinstance(source, CausalLM): source = getattr(source, 'checkpoint_dir', None) or source
     if config.draft_model is None and isinstance(source, CausalLM):
         raise ConfigError("--speculative draft without --draft-model drafts with the served model's own checkpoint, "
                           "and the model was passed loaded: pass its directory, or name a draft (draft_model=...)")

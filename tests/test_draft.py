@@ -242,3 +242,18 @@ def test_structured_output_greedy_is_unchanged(default_engines):
         params = SamplingParams(max_tokens=120, temperature=0, structured=st, logprobs=1)
         assert outputs(spec, msgs, params) == outputs(plain, msgs, params)
     assert s.num_accepted_tokens > accepted
+
+
+def test_bench_offline_drafts_at_both_batches(default_model, tmp_path):
+    """`nanoserve bench offline --speculative draft`: its batch-1 engine shares the crowd engine's loaded model, and the
+    self-draft still finds the model's directory to load its int4 copy from."""
+    import csv, subprocess
+    from test_speculative import NANOSERVE
+    out = tmp_path / 'offline.csv'
+    done = subprocess.run([NANOSERVE, 'bench', 'offline', '--model', str(default_model), '--dtypes', 'bfloat16',
+                           '--num-requests', '2', '--output-len', '32', '--batch1-requests', '1', '--workload',
+                           'random', '--speculative', 'draft', '--csv', str(out)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(open(out)))
+    assert len(rows) == 2 and all(0 < int(r['accepted_tokens']) <= int(r['draft_tokens']) for r in rows)
