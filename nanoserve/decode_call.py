@@ -87,8 +87,8 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
                 f"(this model has {fast or 'none of them'})")
     if dt == torch.bfloat16: kernel = "the bfloat16 kernel's product (AMX, or AVX512-BF16's dot products)"
     else: kernel = "the float32 kernel's product (AVX-512 or AVX2)"
-    # the LM head: the kernel's product, or quantized like the layers (`quantize_head`, a draft model's)
-    head = _own(model.lm_head, dt) or _quant(model.lm_head) in {_quant(p) for p in _layer_products(model)} - {None}
+    # the LM head: the kernel's product, or quantized (`quantize_head`, a draft model's: like its layers, below)
+    head = _own(model.lm_head, dt) or _quant(model.lm_head) is not None
     if type(model.model.embed_tokens) not in (nn.Embedding, PackedEmbedding) or not head:
         return f'its embedding or LM head is not a plain one with {kernel}, nor quantized like its layers'
     if type(model.rotary) is not FastRotary or type(model.model.norm) is not FastRMSNorm:
@@ -104,6 +104,8 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
     if not (all(_own(p, dt) for p in products) or quantized):
         return (f"a projection is neither {kernel} nor, in a bfloat16 model, nanoserve's int8 or int4 product "
                 "(PyTorch's quantized op, sharded, or --no-amx-linear)")
+    if _quant(model.lm_head) is not None and _quant(model.lm_head) not in kinds:
+        return f"its LM head is quantized ({_quant(model.lm_head)}) and its layers are not, or not alike"
     for layer in model.model.layers:
         if not all(type(n) is FastRMSNorm and n.eps == model.model.norm.eps
                    for n in (layer.input_layernorm, layer.post_attention_layernorm)):
