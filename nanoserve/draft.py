@@ -4,6 +4,7 @@
 
 # %% ../nbs/19_draft.ipynb #68312ec3
 from __future__ import annotations
+import itertools
 import torch
 from .model import CausalLM
 from .kvcache import KVCache
@@ -70,21 +71,25 @@ class DraftProposer:
         they were drawn from (None for a greedy request); the slots of its positions up to its last token + k - 1 are
         allocated in the model's cache."""
         feeds = {}                                   # request id -> the first position the draft must compute
-        long = []
+        waves: list[list[ScheduledRequest]] = []     # waves[w]: each long catch-up's w-th chunk
         for req, row, k in asks:
             toks, have = req.all_token_ids, self.computed.get(req.request_id, [])
             c = 0
             while c < min(len(have), len(toks) - 1) and have[c] == toks[c]: c += 1
-            # a long catch-up (a prompt): all but the last token through the layers first, with nothing sampled
-            while len(toks) - 1 - c >= SHORT_FEED:
+            # a long catch-up (a prompt): all but the last token through the layers first, with nothing sampled, a
+            # chunk a forward (a chunk attends to the K/V of the ones before it)
+            for w in itertools.count():
+                if len(toks) - 1 - c < SHORT_FEED: break
                 n = min(self.chunk, len(toks) - 1 - c)
-                long.append(ScheduledRequest(req.request_id, row, toks[c:c + n], c, None))
+                if w == len(waves): waves.append([])
+                waves[w].append(ScheduledRequest(req.request_id, row, toks[c:c + n], c, None))
                 c += n
             feeds[req.request_id] = c
-        for i in range(0, len(long), 8): self._forward(long[i:i + 8])
+        for wave in waves:
+            for i in range(0, len(wave), 8): self._forward(wave[i:i + 8])
         made = {req.request_id: ([], []) for req, _, _ in asks}
         for r in range(max(k for _, _, k in asks)):
-            step, spans = [], []
+            step = []
             for req, row, k in asks:
                 if r >= k: continue
                 toks, drafts = req.all_token_ids, made[req.request_id][0]
