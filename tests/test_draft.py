@@ -6,8 +6,6 @@ arrivals, aborts and preemption leave the KV pool's bookkeeping whole and nothin
 another vocabulary among them, before anything is served); and a real server streams it to the openai client."""
 import re
 import shutil
-import httpx
-import openai
 import pytest
 import torch
 import transformers
@@ -17,12 +15,11 @@ from nanoserve.engine import Engine, EngineConfig
 from nanoserve.grammar import Structured, allowed_tokens
 from nanoserve.launch import build_engine
 from nanoserve.model import DenseKV
-from nanoserve.loadgen import spawn_server
 from nanoserve.offline_bench import make_workload, text_workload
 from nanoserve.sampling import SamplingParams
 from nanoserve.scheduler import SamplingState, ScheduledRequest
 from nanoserve.tiny import tiny_checkpoint
-from test_speculative import chi_square_ok, outputs
+from test_speculative import chi_square_ok, crowd_with_aborts, outputs, plain_and_speculating
 
 
 @pytest.fixture(scope='module')
@@ -105,21 +102,11 @@ def test_tiny_crowd_with_aborts_and_preemption(tiny_engines, reqs):
     plain, eng = tiny_engines
     params = lambda r: SamplingParams(max_tokens=r['max_tokens'], temperature=r['temperature'], seed=r['seed'],
                                       ignore_eos=True)
-    pending, ids, done, aborted, step = sorted(range(len(reqs)), key=lambda i: reqs[i]['arrive']), {}, {}, set(), 0
-    while pending or eng.has_unfinished():
-        while pending and reqs[pending[0]]['arrive'] <= step:
-            i = pending.pop(0)
-            ids[eng.add_request(reqs[i]['prompt'], params(reqs[i]))] = i
-        for rid, i in ids.items():
-            if reqs[i]['abort'] == step and eng.abort(rid): aborted.add(i)
-        for o in eng.step(): done[o.request_id] = o
-        step += 1
-    for rid, i in ids.items():
-        if i in aborted: continue
-        assert len(done[rid].token_ids) == reqs[i]['max_tokens']
+    for rid, i, out in crowd_with_aborts(eng, reqs, params):
+        assert len(out.token_ids) == reqs[i]['max_tokens']
         if reqs[i]['temperature'] == 0:
             alone = plain.generate([reqs[i]['prompt']], params(reqs[i]), use_tqdm=False)[0]
-            assert done[rid].token_ids == alone.token_ids, (i, reqs[i])
+            assert out.token_ids == alone.token_ids, (i, reqs[i])
     assert eng.cache.pool.num_free == eng.cache.pool.num_blocks and not eng.cache.rows    # nothing leaked
     assert not eng.scheduler.proposer.computed
 
@@ -180,22 +167,13 @@ def test_refusals(default_model, tiny_pair, tmp_path):
 def test_server_streams_the_same_text(default_model):
     "A real server with --speculative draft streams, through the openai client, the text a plain server returns."
     msgs = [{'role': 'user', 'content': "Write two sentences about the sea."}]
-    texts, spec = {}, ('--speculative', 'draft')
-    for flags in ((), spec):
-        with spawn_server(default_model, '--served-model-name', 'smol', '--max-batch-size', '2', *flags) as (url, _):
-            client = openai.OpenAI(base_url=url + '/v1', api_key='none', max_retries=0)
-            stream = client.chat.completions.create(model='smol', messages=msgs, max_tokens=48, temperature=0,
-                                                    stream=True)
-            texts[flags] = ''.join(c.choices[0].delta.content or '' for c in stream if c.choices)
-            health, metrics = httpx.get(url + '/health').json(), httpx.get(url + '/metrics').text
-        if flags == spec:
-            info = health['speculative']
-            assert info['method'] == 'draft' and info['draft']['quantization'] == 'int4'
-            assert info['draft']['head_quantization'] == 'int4' and info['draft']['kv_bytes'] > 0
-            accepted = re.search(r'^vllm:spec_decode_num_accepted_tokens_total\{model_name="smol"\} (\S+)$', metrics,
-                                 re.M)
-            assert float(accepted.group(1)) > 0
-    assert texts[()] and texts[()] == texts[spec]
+    (plain, _), (text, health, metrics) = plain_and_speculating(default_model, msgs, 'draft')
+    info = health['speculative']
+    assert info['method'] == 'draft' and info['draft']['quantization'] == 'int4'
+    assert info['draft']['head_quantization'] == 'int4' and info['draft']['kv_bytes'] > 0
+    accepted = re.search(r'^vllm:spec_decode_num_accepted_tokens_total\{model_name="smol"\} (\S+)$', metrics, re.M)
+    assert float(accepted.group(1)) > 0
+    assert plain and plain == text
 
 
 def test_structured_output_proposals_follow_the_grammars_distribution(tiny_engines):

@@ -99,12 +99,9 @@ def tiny_engines(peaky):
     return solo, spec
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(st.lists(request, min_size=1, max_size=8))
-def test_tiny_crowd_with_aborts_and_preemption_equals_solo(tiny_engines, reqs):
-    solo, eng = tiny_engines
-    params = lambda r: SamplingParams(max_tokens=r['max_tokens'], temperature=r['temperature'], seed=r['seed'],
-                                      ignore_eos=True, logprobs=r['logprobs'])
+def crowd_with_aborts(eng, reqs: list[dict], params) -> list[tuple]:
+    """Run `reqs` (each a dict with prompt, arrive and abort steps) through `eng` step by step: arrivals and aborts at
+    their steps. (request id, index in reqs, its final output) for each request that was not aborted."""
     pending, ids, done, aborted, step = sorted(range(len(reqs)), key=lambda i: reqs[i]['arrive']), {}, {}, set(), 0
     while pending or eng.has_unfinished():
         while pending and reqs[pending[0]]['arrive'] <= step:
@@ -114,14 +111,22 @@ def test_tiny_crowd_with_aborts_and_preemption_equals_solo(tiny_engines, reqs):
             if reqs[i]['abort'] == step and eng.abort(rid): aborted.add(i)
         for o in eng.step(): done[o.request_id] = o
         step += 1
-    for rid, i in ids.items():
-        if i in aborted: continue
+    return [(rid, i, done[rid]) for rid, i in ids.items() if i not in aborted]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.lists(request, min_size=1, max_size=8))
+def test_tiny_crowd_with_aborts_and_preemption_equals_solo(tiny_engines, reqs):
+    solo, eng = tiny_engines
+    params = lambda r: SamplingParams(max_tokens=r['max_tokens'], temperature=r['temperature'], seed=r['seed'],
+                                      ignore_eos=True, logprobs=r['logprobs'])
+    for rid, i, out in crowd_with_aborts(eng, reqs, params):
         alone = solo.generate([reqs[i]['prompt']], params(reqs[i]), use_tqdm=False)[0]
         # the tokens: the tiny model's head size has no fixed-order attention kernel, so logprobs may differ in
         # their last bits between batch shapes, speculating or not (the default model's tests compare them exactly)
-        assert done[rid].token_ids == alone.token_ids, (i, reqs[i])
-        assert (done[rid].logprobs is None) == (reqs[i]['logprobs'] is None)
-        if done[rid].logprobs: assert [list(lp) for lp in done[rid].logprobs] == [list(lp) for lp in alone.logprobs]
+        assert out.token_ids == alone.token_ids, (i, reqs[i])
+        assert (out.logprobs is None) == (reqs[i]['logprobs'] is None)
+        if out.logprobs: assert [list(lp) for lp in out.logprobs] == [list(lp) for lp in alone.logprobs]
     assert eng.cache.pool.num_free == eng.cache.pool.num_blocks and not eng.cache.rows    # nothing leaked
 
 
@@ -144,27 +149,32 @@ def test_refusals(default_model):
         with pytest.raises(ConfigError, match=words): EngineConfig(**kw)
 
 
+def plain_and_speculating(model, msgs: list[dict], method: str) -> tuple[tuple, tuple]:
+    """A real plain server and one with `--speculative METHOD`, each streaming a greedy chat completion of `msgs`
+    through the openai client: (text, /health) of the plain one, (text, /health, /metrics) of the other."""
+    got = []
+    for flags in ((), ('--speculative', method)):
+        with spawn_server(model, '--served-model-name', 'smol', '--max-batch-size', '2', *flags) as (url, _):
+            client = openai.OpenAI(base_url=url + '/v1', api_key='none', max_retries=0)
+            stream = client.chat.completions.create(model='smol', messages=msgs, max_tokens=48, temperature=0,
+                                                    stream=True)
+            text = ''.join(c.choices[0].delta.content or '' for c in stream if c.choices)
+            got.append((text, httpx.get(url + '/health').json(), httpx.get(url + '/metrics').text))
+    return got[0][:2], got[1]
+
+
 def test_server_streams_the_same_text(default_model):
     "A real server with --speculative ngram streams, through the openai client, the text a plain server returns."
     msgs = [{'role': 'user', 'content': "Repeat this exactly: the quick brown fox jumps over the lazy dog, and the "
                                         "lazy dog sleeps while the quick brown fox jumps again."}]
-    texts, spec = {}, ('--speculative', 'ngram')
-    for flags in ((), spec):
-        with spawn_server(default_model, '--served-model-name', 'smol', '--max-batch-size', '2', *flags) as (url, _):
-            client = openai.OpenAI(base_url=url + '/v1', api_key='none', max_retries=0)
-            stream = client.chat.completions.create(model='smol', messages=msgs, max_tokens=48, temperature=0,
-                                                    stream=True)
-            texts[flags] = ''.join(c.choices[0].delta.content or '' for c in stream if c.choices)
-            health, metrics = httpx.get(url + '/health').json(), httpx.get(url + '/metrics').text
-        if flags == spec:
-            assert health['speculative'] == {'method': 'ngram', 'num_speculative_tokens': 8, 'ngram': [2, 4]}
-            drafts = re.search(r'^vllm:spec_decode_num_draft_tokens_total\{model_name="smol"\} (\S+)$', metrics, re.M)
-            accepted = re.search(r'^vllm:spec_decode_num_accepted_tokens_total\{model_name="smol"\} (\S+)$', metrics,
-                                 re.M)
-            assert 0 < float(accepted.group(1)) <= float(drafts.group(1))
-            assert 'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="smol",position="0"}' in metrics
-        else: assert health['speculative'] is None
-    assert texts[()] and texts[()] == texts[spec]
+    (plain, plain_health), (text, health, metrics) = plain_and_speculating(default_model, msgs, 'ngram')
+    assert plain_health['speculative'] is None
+    assert health['speculative'] == {'method': 'ngram', 'num_speculative_tokens': 8, 'ngram': [2, 4]}
+    drafts = re.search(r'^vllm:spec_decode_num_draft_tokens_total\{model_name="smol"\} (\S+)$', metrics, re.M)
+    accepted = re.search(r'^vllm:spec_decode_num_accepted_tokens_total\{model_name="smol"\} (\S+)$', metrics, re.M)
+    assert 0 < float(accepted.group(1)) <= float(drafts.group(1))
+    assert 'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="smol",position="0"}' in metrics
+    assert plain and plain == text
 
 
 def test_bench_offline_reports_the_proposals(default_model, tmp_path):
