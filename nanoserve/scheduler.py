@@ -141,7 +141,7 @@ def _room(self: Scheduler, req: Request, budget: int) -> int:
     every running request with its proposals within `max_rows` (k at most max_rows / running - 1), so a crowd proposes
     fewer tokens a request, and none from max_rows / 2 requests on."""
     spec = self.speculation
-    if spec is None or not speculates(req.params, req.matcher, spec): return 0
+    if spec is None or not speculates(req.params, spec): return 0
     # a draft model that would first have to catch up more than the request's prompt does not start
     if self.proposer is not None and not self.proposer.affordable(req): return 0
     return max(0, min(spec.num_tokens, spec.max_rows // len(self.running) - 1, budget - 1,

@@ -58,7 +58,7 @@ class Speculation:
     sampled: bool = True     # sampled requests speculate too (the host's sampler draws them in order; not on a card)
     method: str = 'ngram'    # or 'draft': a draft model proposes (its proposer given to the scheduler)
 
-def speculates(params, matcher, spec: Speculation) -> bool:
+def speculates(params, spec: Speculation) -> bool:
     """Whether a request's next tokens may be proposed and checked: greedy, or sampled where `spec.sampled`. A request
     with structured output speculates too: its proposals are cut at the first one its grammar does not allow."""
     return params.greedy or spec.sampled
