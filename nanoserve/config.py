@@ -15,7 +15,8 @@ __all__ = ['SUPPORTED_ARCHITECTURES', 'ROPE_TYPES', 'INT4_FILE', 'RopeConfig', '
 
 # %% ../nbs/01_config.ipynb #8006b893
 SUPPORTED_ARCHITECTURES = {  # HF class name -> model_type
-    'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral', 'Qwen2ForCausalLM': 'qwen2'}
+    'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral', 'Qwen2ForCausalLM': 'qwen2',
+    'Qwen3ForCausalLM': 'qwen3'}
 ROPE_TYPES = ('default', 'linear', 'llama3')
 # where an int4 checkpoint keeps its decoder layers' codes (the int4 pull writes it, the int4 loader reads it)
 INT4_FILE = 'model-int4.safetensors'
@@ -51,8 +52,9 @@ class ModelConfig:
     rms_norm_eps: float = 1e-6
     rope: RopeConfig = field(default_factory=RopeConfig)
     tie_word_embeddings: bool = False  # lm_head shares the embedding matrix
-    qkv_bias: bool = False             # Qwen2, and Llama with attention_bias
-    o_bias: bool = False               # Llama with attention_bias only
+    qkv_bias: bool = False             # Qwen2, and Llama or Qwen3 with attention_bias
+    o_bias: bool = False               # Llama or Qwen3 with attention_bias only
+    qk_norm: bool = False              # Qwen3: an RMSNorm over each q and k head, before the rotary embedding
     mlp_bias: bool = False
     sliding_window: int | None = None  # Mistral v0.1: caps max_model_len
     bos_token_id: int | None = None
@@ -120,7 +122,8 @@ def _check_supported(d: dict):
     if (act := d.get('hidden_act', 'silu')) != 'silu':
         raise ConfigError(f"hidden_act={act!r} is not supported; Llama-family MLPs use 'silu'")
     if d.get('use_sliding_window'):
-        raise ConfigError("use_sliding_window=true is not supported; set it to false (Qwen2 checkpoints ship it false)")
+        raise ConfigError("use_sliding_window=true is not supported; set it to false "
+                          "(Qwen2 and Qwen3 checkpoints ship it false)")
     if any(t != 'full_attention' for t in d.get('layer_types') or []):
         raise ConfigError(f"layer_types {sorted(set(d['layer_types']))}: only full_attention layers are supported")
 
@@ -154,6 +157,7 @@ def from_hf(cls: ModelConfig, d: dict) -> ModelConfig:
                rope=_rope_from_hf(d), tie_word_embeddings=bool(d.get('tie_word_embeddings', False)),
                qkv_bias=arch == 'Qwen2ForCausalLM' or bias, o_bias=bias and arch != 'Qwen2ForCausalLM',
                mlp_bias=bool(d.get('mlp_bias', False)),
+               qk_norm=arch == 'Qwen3ForCausalLM',
                sliding_window=d.get('sliding_window') if arch == 'MistralForCausalLM' else None,
                bos_token_id=d.get('bos_token_id'), eos_token_ids=_eos_ids(d.get('eos_token_id')),
                dtype=d.get('dtype') or d.get('torch_dtype'),
