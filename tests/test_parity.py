@@ -34,9 +34,10 @@ def test_greedy_32_tokens_match_transformers(tiny, kind):
         want = hf.generate(p[None], attention_mask=torch.ones_like(p[None]), max_new_tokens=32, do_sample=False, eos_token_id=None, pad_token_id=0)
         assert (out, reason) == (want[0, len(p):].tolist(), 'length')
 
-def test_bfloat16_load_is_close(tiny):
+@pytest.mark.parametrize('kind', ['llama_tied_gqa', 'qwen3'])
+def test_bfloat16_load_is_close(tiny, kind):
     "Not an acceptance bar, a sanity check: a bfloat16 load follows float32 closely."
-    path = tiny('llama_tied_gqa')
+    path = tiny(kind)
     f32, b16 = load_model(path, 'float32'), load_model(path, 'bfloat16')
     assert b16.dtype == torch.bfloat16 and b16.lm_head.weight is b16.model.embed_tokens.weight
     ids = prompts(f32.config.vocab_size)[2]
