@@ -293,21 +293,33 @@ def q4_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
 
 # %% ../nbs/06_fast.ipynb #2672f6f2
 class FusedAttention(nn.Module):
-    "The model's `Attention` with q, k and v computed by one product."
+    "The model's `Attention` with q, k and v computed by one product (and its q/k norms, where it has them)."
     def __init__(self, a: Attention, one_row: bool = True):
         super().__init__()
         self.layer, self.num_heads, self.num_kv_heads, self.head_dim = a.layer, a.num_heads, a.num_kv_heads, a.head_dim
         self.sizes = [a.q_proj.out_features, a.k_proj.out_features, a.v_proj.out_features]
         self.qkv_proj = FastLinear.of(a.q_proj, a.k_proj, a.v_proj, one_row=one_row)
         self.o_proj = FastLinear.of(a.o_proj, one_row=one_row)
+        # Qwen3's RMSNorms over each q head and each k head (None for a model without them)
+        self.q_norm, self.k_norm = a.q_norm, a.k_norm
 
     def forward(self, x, positions, rotary: RotaryEmbedding, attn: AttentionBackend):   # x: [num_tokens, hidden]
         n, H, K = x.shape[0], self.num_heads, self.num_kv_heads
         qk, v = self.qkv_proj(x).split([self.sizes[0] + self.sizes[1], self.sizes[2]], -1)
+        qk = qk.view(n, H + K, self.head_dim)
+        if self.q_norm is not None: qk = self._norm_heads(qk)
         # q's and k's heads side by side: rotated in one pass
-        qk, = rotary(positions, qk.view(n, H + K, self.head_dim))
+        qk, = rotary(positions, qk)
         q, k = qk.split([H, K], 1)
         return self.o_proj(attn.attend(self.layer, q, k, v.view(n, self.num_kv_heads, self.head_dim)).reshape(n, -1))
+
+    def _norm_heads(self, qk: torch.Tensor) -> torch.Tensor:
+        "qk [n, H + K, D] with q_norm over each q head and k_norm over each k head, each head a row of D."
+        n, H, K, D = qk.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        q, k = qk.split([H, K], 1)
+        q = self.q_norm(q.reshape(n * H, D)).view(n, H, D)
+        k = self.k_norm(k.reshape(n * K, D)).view(n, K, D)
+        return torch.cat((q, k), 1)
 
 class FusedMLP(nn.Module):
     """The layers' `MLP` with gate and up computed by one product (and, with `small_ops`, SiLU-times-up in one pass
@@ -379,6 +391,8 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
             for layer in model.model.layers:
                 layer.input_layernorm = FastRMSNorm.of(layer.input_layernorm)
                 layer.post_attention_layernorm = FastRMSNorm.of(layer.post_attention_layernorm)
+                a = layer.self_attn
+                if a.q_norm is not None: a.q_norm, a.k_norm = FastRMSNorm.of(a.q_norm), FastRMSNorm.of(a.k_norm)
             model.model.norm, model.rotary = FastRMSNorm.of(model.model.norm), FastRotary.of(model.rotary)
     if one_row and model.device.type == 'cpu' and not packed:
         # compile now, not in the first request
