@@ -29,7 +29,7 @@ class _Kernels(ctypes.Structure): _fields_ = [('es', _I)] + [(n, _P)
 class _Layer(ctypes.Structure):
     _fields_ = [(n, _P) for n in ('input_norm', 'qkv', 'qkv_bias', 'o', 'o_bias', 'post_norm', 'gate_up',
                                   'gate_up_bias',
-                                  'down', 'down_bias', 'k_pool', 'v_pool')]
+                                  'down', 'down_bias', 'k_pool', 'v_pool', 'q_norm', 'k_norm')]
 class _Model(ctypes.Structure):
     _fields_ = ([(n, _I) for n in ('layers', 'hidden', 'heads', 'kv_heads', 'head_dim', 'intermediate', 'vocab',
                                    'max_pos', 'num_slots')]
@@ -107,8 +107,10 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
     if _quant(model.lm_head) is not None and _quant(model.lm_head) not in kinds:
         return f"its LM head is quantized ({_quant(model.lm_head)}) and its layers are not, or not alike"
     for layer in model.model.layers:
+        a = layer.self_attn
+        qk = () if a.q_norm is None else (a.q_norm, a.k_norm)       # Qwen3's norms over each q and k head
         if not all(type(n) is FastRMSNorm and n.eps == model.model.norm.eps
-                   for n in (layer.input_layernorm, layer.post_attention_layernorm)):
+                   for n in (layer.input_layernorm, layer.post_attention_layernorm, *qk)):
             return "a layer's norms are not the small operators' kernel with the model's epsilon"
     (emb, _, _, _), slots = embedding_table(model.model.embed_tokens), cache.slots
     if not (emb.is_contiguous() and emb.dtype == dt and model.model.embed_tokens.embedding_dim == cfg.hidden_size
@@ -151,10 +153,13 @@ class DecodeCall:
         self._layers = (_Layer * cfg.num_hidden_layers)()
         for i, l in enumerate(model.model.layers):
             a, m = l.self_attn, l.mlp
+            # Qwen3's norms over each q and k head, or null
+            norms = (None, None) if a.q_norm is None else (a.q_norm.weight, a.k_norm.weight)
             self._layers[i] = _Layer(_ptr(l.input_layernorm.weight), packed(a.qkv_proj), _ptr(a.qkv_proj.bias),
                                      packed(a.o_proj), _ptr(a.o_proj.bias), _ptr(l.post_attention_layernorm.weight),
                                      packed(m.gate_up_proj), _ptr(m.gate_up_proj.bias),
-                                     packed(m.down_proj), _ptr(m.down_proj.bias), _ptr(cache.k[i]), _ptr(cache.v[i]))
+                                     packed(m.down_proj), _ptr(m.down_proj.bias), _ptr(cache.k[i]), _ptr(cache.v[i]),
+                                     *map(_ptr, norms))
         self._pools = cache.k.data_ptr(), cache.v.data_ptr()
         self._model = _Model(cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                              cfg.head_dim, cfg.intermediate_size, cfg.vocab_size, model.rotary.cos.shape[0],

@@ -1,6 +1,7 @@
 /* decode_call.c: a decode step's whole forward in one C call, through the other kernels' entry points.
 
-   Computes  every decoder layer in order (RMSNorm, the q/k/v product, the rotary embedding, K/V into the pool,
+   Computes  every decoder layer in order (RMSNorm, the q/k/v product, Qwen3's q/k norms where the layer has them,
+             the rotary embedding, K/V into the pool,
              decode attention, the output product and residual, RMSNorm, gate/up, SiLU-times-up, down, residual),
              then the final norm and the LM head into logits, in bfloat16 or float32.
    Entry     decode_forward (the rows' embeddings given) and decode_rows (token ids, cache rows and contexts given,
@@ -43,10 +44,12 @@ typedef struct {
        `linear`'s, as the LM head's always are */
     linear_fn qlinear;
 } kernels;
-/* one decoder layer: its norms' weights, its packed products and their biases (or null), its K/V pools */
+/* one decoder layer: its norms' weights, its packed products and their biases (or null), its K/V pools; q_norm and
+   k_norm: Qwen3's norms over each q head and each k head ([head_dim] weights), or null for a layer without them */
 typedef struct {
     const void *input_norm, *qkv, *qkv_bias, *o, *o_bias, *post_norm, *gate_up, *gate_up_bias, *down, *down_bias;
     void *k_pool, *v_pool;
+    const void *q_norm, *k_norm;
 } layer;
 typedef struct {
     int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, max_pos, num_slots;
@@ -111,6 +114,13 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
         const layer *L = m->layer + l;
         kn->norm(h, E, L->input_norm, xn, R, E, m->eps);
         if ((rc = layer_product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads))) break;
+        /* Qwen3: each q head and each k head normalised in place, a row of D each (the norm reads a row whole
+           before it writes it, and writes it where it read it) */
+        for (int64_t r = 0; L->q_norm && r < R; r++) {
+            char *row = qkv + es * r * QKV;
+            kn->norm(row, D, L->q_norm, row, m->heads, D, m->eps);
+            kn->norm(row + es * QS, D, L->k_norm, row + es * QS, m->kv_heads, D, m->eps);
+        }
         if (kn->rope(qkv, QKV, pos, m->cos, m->sin, m->max_pos, R, m->heads + m->kv_heads, D)) { rc = 3; break; }
         for (int64_t r = 0; r < R; r++) {
             const char *row = qkv + es * r * QKV;
