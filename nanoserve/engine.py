@@ -30,7 +30,7 @@ from .pull import resolve_model
 
 # %% auto #0
 __all__ = ['QUANTIZATIONS', 'PREFILL_BUDGET', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'EngineConfig',
-           'RequestOutput', 'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts',
+           'RequestOutput', 'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts', 'model_dir',
            'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'make_proposer', 'Engine',
            'EngineSnapshot']
 
@@ -51,6 +51,7 @@ class EngineConfig:
     dtype: str = _flag('auto', 'float32, bfloat16, float16, or auto: bfloat16 where the CPU has avx512_bf16 or '
                        'amx_bf16, else float32')
     device: str | None = _flag(None, 'cpu or cuda (default: cuda when available, else cpu)')
+    revision: str | None = _flag(None, "a Hugging Face Hub model's branch, tag or commit (default: main)")
     max_batch_size: int = _flag(32, 'cache rows: requests running at once')
     max_num_batched_tokens: int | None = _flag(None, 'token budget per step (default: 1024 on CPU, so that a crowd\'s '
                                                'prompts reach their first tokens a chunk at a time; 4096 on CUDA, '
@@ -362,6 +363,13 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
     with ranks_released_on_error(model):
         tokenizer = tokenizer or Tokenizer.from_dir(path)
         return model, tokenizer, stop_ids_for(path, model, tokenizer)
+
+def model_dir(model: str | Path | None, config: EngineConfig, log=print) -> Path:
+    """`--model`'s checkpoint directory (`resolve_model`) for `config`: its revision, and the dtype, quantization and
+    device a Hub model must fit in before it is downloaded."""
+    return resolve_model(model, log=log, quantization=config.quantization, group_size=config.quant_group_size,
+                         tensor_parallel_size=config.tensor_parallel_size, revision=config.revision,
+                         dtype=config.dtype, device=config.device)
 
 def int4_checkpoint_group(model: str | Path | CausalLM) -> int | None:
     """The group size of an int4 checkpoint (`pull --quantization int4`), given its directory or a model loaded from it

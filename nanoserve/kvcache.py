@@ -4,17 +4,16 @@
 
 # %% ../nbs/10_kvcache.ipynb #2d13a8ad
 from __future__ import annotations
-import heapq, math, os
+import heapq, math
 from collections import OrderedDict
 from dataclasses import dataclass, asdict
 import torch
-from .core import NanoserveError, ConfigError, human_bytes, dtype_name, parse_dtype, HOST
+from .core import NanoserveError, ConfigError, human_bytes, dtype_name, parse_dtype, HOST, available_ram
 from .config import ModelConfig
 from .prefix import PrefixIndex, PrefixHit, block_hashes
 
 # %% auto #0
-__all__ = ['KVCacheError', 'KVPoolPlan', 'kv_bytes_per_token', 'available_ram', 'plan_kv_pool', 'BlockPool', 'KVCache',
-           'check_invariants']
+__all__ = ['KVCacheError', 'KVPoolPlan', 'kv_bytes_per_token', 'plan_kv_pool', 'BlockPool', 'KVCache', 'check_invariants']
 
 # %% ../nbs/10_kvcache.ipynb #d67210de
 class KVCacheError(NanoserveError, RuntimeError):
@@ -46,14 +45,6 @@ class KVPoolPlan:
 def kv_bytes_per_token(cfg: ModelConfig, dtype) -> int:
     "Bytes of K and V for one token across all layers."
     return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * parse_dtype(dtype).itemsize
-
-def available_ram() -> int:
-    "MemAvailable from /proc/meminfo, else total physical memory."
-    try:
-        for line in open('/proc/meminfo'):
-            if line.startswith('MemAvailable:'): return int(line.split()[1]) * 1024
-    except OSError: pass
-    return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 def plan_kv_pool(cfg: ModelConfig, dtype='float32', device='cpu', block_size: int = 16, max_model_len: int = 2048,
                  max_batch_size: int = 32, weight_bytes: int = 0, kv_cache_gb: float | None = None,

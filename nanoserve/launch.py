@@ -8,10 +8,12 @@ import argparse, socket, sys, time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 import torch
-from .core import ConfigError, human_bytes, dtype_name
+from .core import ConfigError, human_bytes, dtype_name, available_ram
+from .hub import free_memory
 from .weights import weight_bytes
-from .kvcache import KVCache, available_ram
-from .engine import Engine, EngineConfig, load_parts, make_cache, with_checkpoint_quantization, make_proposer
+from .kvcache import KVCache
+from .engine import (Engine, EngineConfig, load_parts, make_cache, with_checkpoint_quantization, make_proposer,
+                              model_dir)
 from .parallel import ranks_released_on_error
 from .async_engine import AsyncEngine
 from .serve import health_payload, serve_engine
@@ -29,7 +31,7 @@ from .batch import PersistentBatch
 from .quant import quantize_model, quantize_head
 
 # %% auto #0
-__all__ = ['BootUnsound', 'Boot', 'add_engine_flags', 'recorder_for', 'check_capture_settings', 'config_from_args', 'free_bytes',
+__all__ = ['BootUnsound', 'Boot', 'add_engine_flags', 'recorder_for', 'check_capture_settings', 'config_from_args',
            'pool_reserved_bytes', 'resident_bytes', 'pool_residency', 'build_engine', 'check_warm_before_serving',
            'check_capture_matches_cache', 'check_capture_limit', 'warm_engine', 'boot_info', 'check_boot_info',
            'boot_lines', 'build_app', 'serve']
@@ -106,11 +108,6 @@ def config_from_args(args, **overrides) -> EngineConfig:
     return check_capture_settings(EngineConfig(**{**kw, **overrides}))
 
 # %% ../nbs/56_launch.ipynb #5941689a
-def free_bytes(device) -> int:
-    "What the device has free now: CUDA's free memory, or the host's MemAvailable."
-    dev = torch.device(device)
-    return torch.cuda.mem_get_info(dev)[0] if dev.type == 'cuda' else available_ram()
-
 def pool_reserved_bytes(cache: KVCache) -> int:
     """Pool bytes a free-memory probe cannot see yet: all of them on CPU (committed on first write), none on CUDA
     (reserved by torch.empty)."""
@@ -164,7 +161,7 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
             quantize(model, config.quantization, config.quant_group_size)
         if config.compile: compile_layers(model)
         lap('load')
-        boot.probes['kv_pool'] = free_bytes(config.device)
+        boot.probes['kv_pool'] = free_memory(config.device)
         cache = make_cache(model, config)
         lap('kv_pool')
         decode_path = None
@@ -175,7 +172,7 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
             config = replace(config, persistent_batch=False)
         if config.capture_flags:
             if config.capture_decode:
-                boot.probes['capture'], boot.reserved_bytes = free_bytes(config.device), pool_reserved_bytes(cache)
+                boot.probes['capture'], boot.reserved_bytes = free_memory(config.device), pool_reserved_bytes(cache)
                 boot.plan = plan_capture(model.config, config.max_batch_size, cache.max_model_len,
                                          config.capture_limit, config.warm_width,
                                          config.warm_rows, boot.probes['capture'], boot.reserved_bytes,
@@ -313,10 +310,8 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
               quantize=quantize_model,
               generation_config: str = 'auto', **kw):
     "Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, aengine)."
-    from nanoserve.pull import resolve_model
     config = check_capture_settings(replace(config or EngineConfig(), **kw))
-    path = resolve_model(model, log=log, quantization=config.quantization, group_size=config.quant_group_size,
-                         tensor_parallel_size=config.tensor_parallel_size)
+    path = model_dir(model, config, log)
     config = with_checkpoint_quantization(path, config)
     # a bad generation_config.json is refused before the model loads
     defaults = generation_defaults(generation_config, path)
@@ -336,14 +331,12 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
 def serve(args, batch=PersistentBatch, quantize=quantize_model) -> int:
     "The `nanoserve serve` command: boot, print what was built, serve with uvicorn."
     import uvicorn
-    from nanoserve.pull import resolve_model, find_source
+    from nanoserve.pull import model_name
     log = lambda m: print(m, file=sys.stderr, flush=True)
     config = config_from_args(args)                                     # refused here, before anything loads
-    path = resolve_model(args.model, log=log, quantization=config.quantization, group_size=config.quant_group_size,
-                         tensor_parallel_size=config.tensor_parallel_size)
-    pulled = find_source(args.model) if not Path(args.model).expanduser().is_dir() else None
-    # a pulled model is served by its name, int4 pull or not
-    name = args.served_model_name or (pulled.name if pulled else Path(path).name)
+    path = model_dir(args.model, config, log)
+    # a pulled model is served by its name, int4 pull or not; a Hub model by owner/name
+    name = args.served_model_name or model_name(args.model, path)
     app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log,
                           batch=batch, quantize=quantize,
                           generation_config=getattr(args, 'generation_config', 'auto'))

