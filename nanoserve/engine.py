@@ -6,6 +6,7 @@
 from __future__ import annotations
 from fastcore.basics import patch
 import contextlib, itertools, threading
+from functools import partial
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 import torch
@@ -63,7 +64,8 @@ class EngineConfig:
                                                'ratio): a burst is prefilled in one step, not beside the decodes in '
                                                'many; inf: never, every step the decodes share keeps to the mixed '
                                                'budget')
-    max_model_len: int | None = _flag(None, "context length (default: the model's, at most 2048)")
+    max_model_len: int | None = _flag(None, "context length (default: the model's, or what the KV pool holds for "
+                                            "one request where that is less)")
     block_size: int = _flag(16, 'tokens per KV block')
     num_kv_blocks: int | None = _flag(None, 'KV pool size in blocks (default: from memory)')
     kv_cache_gb: float | None = _flag(None, 'KV pool size in GiB (default: from memory)')
@@ -395,14 +397,22 @@ def with_checkpoint_quantization(model: str | Path | CausalLM, config: EngineCon
 def make_cache(model: CausalLM, config: EngineConfig) -> KVCache:
     "Plan the KV pool for `model` under `config` (`KVPoolPlan`) and allocate it: the first memory decision of a boot."
     cfg = model.config
-    max_len = config.max_model_len or min(cfg.max_model_len, 2048)
-    if max_len > cfg.max_model_len:
-        raise ConfigError(f"max_model_len={max_len} exceeds the model's context of {cfg.max_model_len}")
+    if (asked := config.max_model_len) and asked > cfg.max_model_len:
+        raise ConfigError(f"--max-model-len {asked} exceeds the model's context of {cfg.max_model_len} tokens: "
+                          f"pass at most {cfg.max_model_len}")
     # tensor parallel: a rank plans its share of the budget, for the blocks one process would have
     tp = getattr(model, 'tensor_parallel', None)
-    plan = plan_kv_pool(cfg, dtype_name(model.dtype), config.device, config.block_size, max_len, config.max_batch_size,
-                        weight_bytes(model), config.kv_cache_gb, config.num_kv_blocks, share=tp.world if tp else 1)
-    return KVCache(cfg, plan, config.max_batch_size, max_len, prefix_caching=config.prefix_cache)
+    plan = partial(plan_kv_pool, cfg, dtype_name(model.dtype), config.device, config.block_size,
+                   max_batch_size=config.max_batch_size, weight_bytes=weight_bytes(model),
+                   kv_cache_gb=config.kv_cache_gb, num_blocks=config.num_kv_blocks, share=tp.world if tp else 1)
+    max_len, bound = (asked, 'max_model_len') if asked else (cfg.max_model_len, 'model')
+    if not asked:
+        # the model's context, unless the pool cannot hold it for one request: then what it can
+        probe = plan(max_model_len=config.block_size)
+        if (fits := probe.budget_bytes // probe.bytes_per_block * config.block_size) < max_len:
+            max_len, bound = max(fits, config.block_size), 'kv_pool'
+    return KVCache(cfg, plan(max_model_len=max_len), config.max_batch_size, max_len, prefix_caching=config.prefix_cache,
+                   max_model_len_bound_by=bound)
 
 def make_proposer(source: str | Path | CausalLM, model: CausalLM, tokenizer: Tokenizer, cache: KVCache,
                   config: EngineConfig, stop_ids: set[int], quantize=None, quantize_head=None) -> DraftProposer | None:
@@ -537,7 +547,7 @@ def check(self: Engine, prompt, params: SamplingParams | None) -> tuple[list[int
     if not isinstance(params, SamplingParams):
         raise RequestError(f"params must be SamplingParams, got {type(params).__name__}")
     ids = prompt_ids(self.tokenizer, prompt)
-    check_request(ids, params, self.model.config.vocab_size, self.max_model_len)
+    check_request(ids, params, self.model.config.vocab_size, self.max_model_len, self.cache.context_limit())
     # a bad schema is refused here, before anything is queued
     if params.structured is not None: self.grammars.check(params.structured)
     return ids, params

@@ -13,7 +13,8 @@ from .config import ModelConfig
 from .prefix import PrefixIndex, PrefixHit, block_hashes
 
 # %% auto #0
-__all__ = ['KVCacheError', 'KVPoolPlan', 'kv_bytes_per_token', 'plan_kv_pool', 'BlockPool', 'KVCache', 'check_invariants']
+__all__ = ['CONTEXT_BOUNDS', 'KVCacheError', 'KVPoolPlan', 'kv_bytes_per_token', 'plan_kv_pool', 'BlockPool', 'KVCache',
+           'check_invariants']
 
 # %% ../nbs/10_kvcache.ipynb #d67210de
 class KVCacheError(NanoserveError, RuntimeError):
@@ -40,6 +41,13 @@ class KVPoolPlan:
         return (f"KV pool: {self.num_blocks} blocks x {self.block_size} tokens = {self.num_tokens} tokens, "
                 f"{human_bytes(self.kv_bytes)} {self.dtype} on {self.device} (from {self.source}; "
                 f"weights {human_bytes(self.weight_bytes)})")
+
+# what can set a served max_model_len -> (why it is that, what would raise it; None: nothing can)
+CONTEXT_BOUNDS = {'model': ("the model's own context", None),
+                  'max_model_len': ("--max-model-len; the model takes {model}", 'a larger --max-model-len'),
+                  'kv_pool': ("all the KV pool holds for one request; the model takes {model}",
+                              'a larger KV pool (--kv-cache-gb or --num-kv-blocks)')}
+
 
 # %% ../nbs/10_kvcache.ipynb #7d92d00e
 def kv_bytes_per_token(cfg: ModelConfig, dtype) -> int:
@@ -118,7 +126,7 @@ class BlockPool:
 class KVCache:
     "KV storage, the block pool, per-request block tables and rows, and the slot table."
     def __init__(self, cfg: ModelConfig, plan: KVPoolPlan, max_batch_size: int, max_model_len: int,
-                 prefix_caching: bool = False):
+                 prefix_caching: bool = False, max_model_len_bound_by: str = 'max_model_len'):
         dtype, dev = parse_dtype(plan.dtype), torch.device(plan.device)
         # one slot past the pool: padded rows of a bucketed decode write their K/V there, and nothing reads it
         self.pad_slot = plan.num_blocks * plan.block_size
@@ -133,6 +141,8 @@ class KVCache:
         # the same memory: a decode's one entry, written without PyTorch's dispatch
         self._slots_np = self.slots.numpy() if self.slots.device.type == 'cpu' else self.slots
         self.block_size, self.max_model_len, self.plan = plan.block_size, max_model_len, plan
+        # what set max_model_len (a key of CONTEXT_BOUNDS), and the model's own context
+        self.max_model_len_bound_by, self.model_context = max_model_len_bound_by, cfg.max_model_len
         # the prefix index: full blocks by name, shared across requests
         self.prefix = PrefixIndex(plan.block_size) if prefix_caching else None
         self.pool = BlockPool(plan.num_blocks, self.prefix)
@@ -140,6 +150,11 @@ class KVCache:
         self.block_tables: dict[str, list[int]] = {}   # request id -> blocks, in position order
         self.rows: dict[str, int] = {}                 # request id -> cache row
         self.free_rows = list(range(max_batch_size))   # a heap: the lowest free row is handed out first
+
+    def context_limit(self) -> tuple[str, str | None]:
+        "Why max_model_len is what it is, and what would raise it (`CONTEXT_BOUNDS`)."
+        why, fix = CONTEXT_BOUNDS[self.max_model_len_bound_by]
+        return why.format(model=self.model_context), fix
 
     def blocks_needed(self, req, num_new: int) -> int:
         "Blocks `req` lacks to hold positions [0, num_computed_tokens + num_new)."

@@ -286,7 +286,8 @@ def boot_lines(engine: Engine, model_name: str) -> list[str]:
              f"{dtype_name(engine.model.dtype)} ({engine.model.dtype_reason})"
              f"{'' if q == 'none' else f', decoder weights {q}'}"
              f"{f' in groups of {g}' if (g := getattr(engine.model, 'quant_group_size', None)) else ''}, max_model_len "
-             f"{engine.max_model_len}) on {engine.model.device}", engine.plan.describe()]
+             f"{engine.max_model_len} ({engine.cache.context_limit()[0]})) on {engine.model.device}",
+             engine.plan.describe()]
     if b.plan is not None:
         lines.append(f"{b.plan.describe()}; recorder {b.recorder} (limit {b.plan.limit})")
         lines.append(f"capture warm: {len(engine.decode_path.recorded)} shapes recorded before serving in "

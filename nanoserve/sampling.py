@@ -92,12 +92,16 @@ def stop_token_set(params: SamplingParams, eos_ids) -> set[int]:
     of this rule (the sampler's `min_tokens` mask and the scheduler's stop both read it)."""
     return set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos_ids))
 
-def check_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int, max_model_len: int):
-    "Raise `RequestError` for what needs the model to check: an empty or too long prompt, unknown stop token ids."
+def check_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int, max_model_len: int,
+                  limit: tuple[str, str | None] = ('', None)):
+    """Raise `RequestError` for what needs the model to check: an empty or too long prompt, unknown stop token ids.
+    `limit`: why max_model_len is what it is, and what would raise it (`KVCache.context_limit`)."""
     if not prompt_ids: raise RequestError("the prompt is empty: give at least one token")
     if len(prompt_ids) >= max_model_len:
-        raise RequestError(f"the prompt has {len(prompt_ids)} tokens but max_model_len is {max_model_len}: shorten the "
-                           "prompt " "(it must leave room for at least one generated token)")
+        why, fix = limit
+        raise RequestError(f"the prompt has {len(prompt_ids)} tokens but max_model_len is {max_model_len}"
+                           f"{f' ({why})' if why else ''}: shorten the prompt (it must leave room for at least one "
+                           f"generated token){f', or serve with {fix}' if fix else ''}")
     if bad := [t for t in prompt_ids if not 0 <= t < vocab_size]:
         raise RequestError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
     if bad := [t for t in params.stop_token_ids if not 0 <= t < vocab_size]:

@@ -35,6 +35,8 @@ def health_payload(engine: Engine, model_name: str) -> dict:
             'dtype': str(model.dtype).removeprefix('torch.'), 'dtype_reason': getattr(model, 'dtype_reason', None),
             'device': str(model.device),
             'max_model_len': engine.max_model_len, 'max_batch_size': engine.config.max_batch_size,
+            # 'model', 'max_model_len' (the flag) or 'kv_pool': what set max_model_len; the model's own context
+            'max_model_len_bound_by': engine.cache.max_model_len_bound_by, 'model_context': engine.cache.model_context,
             'kv_pool': engine.plan.as_dict(),
             'prefix_cache': engine.cache.prefix is not None, 'tensor_parallel': tensor_parallel_info(model),
             'batch_invariant': engine.runner.invariance,
