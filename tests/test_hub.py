@@ -18,6 +18,11 @@ def hub(tmp_path_factory):
     root = tmp_path_factory.mktemp('hub')
     h = LocalHub()
     main = make_tiny(root/'tiny', 'llama_tied_gqa')
+    # what a Hub repo holds beside a checkpoint, and nanoserve never reads
+    (main/'README.md').write_text('# tiny\n')
+    shutil.copy(main/'model.safetensors', main/'pytorch_model.bin')
+    (main/'onnx').mkdir()
+    (main/'onnx'/'model.onnx').write_bytes(b'onnx' * 1000)
     h.add('acme/tiny', main)
     h.add('acme/tiny', make_tiny(root/'tiny-v2', 'llama_tied_gqa', seed=5), revision='v2')
     h.add('acme/gated', main, gated=True)
@@ -34,7 +39,7 @@ def hub(tmp_path_factory):
     h.add('acme/gpt2', arch)
     bin_only = root/'bin-only'
     shutil.copytree(main, bin_only)
-    (bin_only/'model.safetensors').rename(bin_only/'pytorch_model.bin')       # a listing with .bin weights only
+    (bin_only/'model.safetensors').unlink()                                    # a listing with .bin weights only
     h.add('acme/bin-only', bin_only)
     huge = root/'huge'
     shutil.copytree(sharded, huge)
@@ -75,11 +80,13 @@ def test_serve_downloads_once_then_serves_offline(hub, tmp_path):
             online = hub.seen[before:]
             weights = [s.path for s in online if s.method == 'GET' and s.path.endswith('.safetensors')]
             assert weights == [f"/acme/tiny/resolve/{commit_sha('acme/tiny@main')}/model.safetensors"]  # once
+            assert not [s for s in online if s.method == 'GET' and s.path.endswith(('.bin', '.onnx', 'README.md'))]
     assert hub.seen[before + len(online):] == []                                      # offline: not one request
     assert answers[0] == answers[1] and len(answers[0]) > 0
     snap = home/'hub'/'models--acme--tiny'/'snapshots'/commit_sha('acme/tiny@main')
     source = hub.repos['acme/tiny'].commits[commit_sha('acme/tiny@main')]
-    assert sorted(p.name for p in snap.iterdir()) == sorted(p.name for p in source.iterdir())
+    assert sorted(p.name for p in snap.iterdir()) == sorted(p.name for p in source.iterdir()
+                                                            if p.name not in ('README.md', 'pytorch_model.bin', 'onnx'))
 
 def test_revisions_and_sharded_checkpoints(hub, tmp_path):
     home = tmp_path/'hf'
