@@ -1,6 +1,6 @@
 """Day 64, models by their Hub name: a local server that speaks the Hub's file API (tests/hubserver.py, HF_ENDPOINT)
 serves tiny random checkpoints. `nanoserve serve owner/name` downloads once into HF_HOME and serves; a second start with
-HF_HUB_OFFLINE=1 serves from the cache without a request; revisions and sharded checkpoints resolve; each refusal comes
+HF_HUB_OFFLINE=1 serves from the cache without a request, and transformers loads the same download offline; revisions and sharded checkpoints resolve; each refusal comes
 with its message before any weight is sent; a cut connection resumes with a Range request, and a killed download leaves
 no broken file where the loader reads."""
 import json, os, shutil, subprocess, sys, threading
@@ -81,6 +81,11 @@ def test_serve_downloads_once_then_serves_offline(hub, tmp_path):
             weights = [s.path for s in online if s.method == 'GET' and s.path.endswith('.safetensors')]
             assert weights == [f"/acme/tiny/resolve/{commit_sha('acme/tiny@main')}/model.safetensors"]  # once
             assert not [s for s in online if s.method == 'GET' and s.path.endswith(('.bin', '.onnx', 'README.md'))]
+    # the cache is the one transformers reads: it loads the download offline, without a request either
+    code = "import transformers; print(transformers.AutoModelForCausalLM.from_pretrained('acme/tiny').num_parameters())"
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **hub_env(hub, home, HF_HUB_OFFLINE='1')})
+    assert r.returncode == 0 and int(r.stdout.split()[-1]) > 0, r.stderr
     assert hub.seen[before + len(online):] == []                                      # offline: not one request
     assert answers[0] == answers[1] and len(answers[0]) > 0
     snap = home/'hub'/'models--acme--tiny'/'snapshots'/commit_sha('acme/tiny@main')
