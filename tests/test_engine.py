@@ -19,7 +19,7 @@ def run(engine, prompts, params):
 
 # 1. the engine equals the reference, token for token
 
-@pytest.mark.parametrize('kind', ['llama_tied_gqa', 'qwen2_bias'])
+@pytest.mark.parametrize('kind', ['llama_tied_gqa', 'qwen2_bias', 'qwen3'])
 def test_engine_greedy_equals_reference_tiny(tiny, kind):
     engine = Engine.build(tiny(kind), max_batch_size=4, max_num_batched_tokens=64, check_invariants=True, dtype='float32')
     ps = prompts16(engine.model.config.vocab_size)

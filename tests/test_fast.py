@@ -284,3 +284,40 @@ def test_decode_call_is_off_where_it_does_not_apply(tiny):
         eng = Engine.build(path, config=cfg)
         assert eng.runner.decode_call is None and says in eng.runner.decode_call_off, (cfg, eng.runner.decode_call_off)
         assert len(eng.generate(['hello'], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)[0].token_ids) == 4
+
+PLAIN = dict(fuse_projections=False, gemv=False, pack_weights=False, amx_linear=False, small_ops=False, decode_call=False)
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_qwen3_fast_paths_on_equal_off(tiny, dtype):
+    """A tiny Qwen3 (an RMSNorm on each q and k head, a query width twice the hidden width): every fast path on (fused
+    projections, the GEMV, packed products through nanoserve's kernels, the small operators, the decode call) gives the
+    plain layers' greedy tokens, as a batch of four and each prompt alone; float32 every token, bfloat16 up to the ties."""
+    from nanoserve.decode_call import decode_call_refusal
+    path = tiny('qwen3')
+    ref = Engine.build(path, config=EngineConfig(dtype=dtype, **PLAIN))
+    fast = Engine.build(path, config=EngineConfig(dtype=dtype))
+    assert not any(ref.model.fast[k] for k in ('fuse', 'one_row', 'pack', 'small_ops'))
+    attn = fast.model.model.layers[0].self_attn
+    assert isinstance(attn, FusedAttention) and isinstance(attn.q_norm, FastRMSNorm) and isinstance(attn.k_norm, FastRMSNorm)
+    assert ref.model.model.layers[0].self_attn.q_norm is not None
+    # the decode call takes the q/k norms: where this CPU runs the call for the dtype, the runner uses it
+    applies = decode_call_refusal(fast.model, fast.runner.cache) is None
+    assert (fast.runner.decode_call is not None) == applies, fast.runner.decode_call_off
+    taken = counting(fast.runner) if applies else None
+    if dtype == 'float32': assert_same_greedy(ref, fast, SamplingParams(temperature=0, max_tokens=24), 24)
+    else: assert_same_greedy_until_a_tie(ref, fast)
+    assert taken is None or (4 in taken and 1 in taken)
+
+ARMS = {'compile': dict(compile=True),
+        'capture': dict(bucket_decode=True, persist_inputs=True, capture_decode=True, warm_width=128)}
+
+@pytest.mark.parametrize('arm', list(ARMS))
+def test_qwen3_compiled_and_captured_decode_equal_the_plain_layers(tiny, arm):
+    """A tiny Qwen3 through `--compile` (the fast layers, q/k norms included, traced by torch.compile) and through the
+    CPU's capture (`--cuda-graphs`: its default recorder here, the decode call where it applies): the plain layers'
+    greedy tokens (float32), as a batch of four and each prompt alone."""
+    path = tiny('qwen3')
+    ref = Engine.build(path, config=EngineConfig(dtype='float32', **PLAIN))
+    eng = build_engine(path, EngineConfig(dtype='float32', max_batch_size=4, **ARMS[arm]), batch=PersistentBatch)
+    assert_same_greedy(ref, eng, SamplingParams(temperature=0, max_tokens=16), 16)
+    if arm == 'capture': assert eng.decode_path.stats.replays > 0

@@ -30,7 +30,7 @@ def children() -> set[int]:
 def tokens(engine, prompts, params):
     return [o.token_ids for o in engine.generate(prompts, params, use_tqdm=False)]
 
-@pytest.mark.parametrize('kind', ['peaky', 'llama_attention_bias', 'qwen2_bias'])
+@pytest.mark.parametrize('kind', ['peaky', 'llama_attention_bias', 'qwen2_bias', 'qwen3'])
 def test_two_ranks_equal_one_offline(tiny, peaky, kind):
     "Greedy and seeded sampling, chunked prefill (32-token budget) and a 4-row batch: token for token what one process gives (float32)."
     path = peaky if kind == 'peaky' else tiny(kind)

@@ -160,21 +160,25 @@ def test_quantized_products_of_both_kernels_within_the_bound(mode, pack):
     bound = x.float().abs() @ (step / 2).T + 2 ** -7 * (x.float().abs() @ w.abs().T + exact.abs())
     assert ((layer(x).float() - exact).abs() <= bound).all()
 
+@pytest.mark.parametrize('model_kind', ['llama_untied_mha', 'qwen3'])
 @pytest.mark.parametrize('mode,kind', [('int8', 'q8'), ('int4', 'q4')])
-def test_quantized_decode_call_gives_the_layers_tokens_and_logprobs(tiny, mode, kind):
+def test_quantized_decode_call_gives_the_layers_tokens_and_logprobs(tiny, mode, kind, model_kind):
     """A bfloat16 model with int8 or int4 layers takes the decode call (its layers' products through nanoserve's
     quantized kernel, the LM head through the bfloat16 one): greedy and seeded tokens and logprobs equal to the
-    quantized layers' own forward, step for step."""
+    quantized layers' own forward, step for step. Qwen3's q/k norms stay float, as every norm does."""
     from nanoserve.fast import amx_kernel
     if amx_kernel() is None:
         pytest.skip("this CPU has no bfloat16 dot products: no quantized product kernel and no bfloat16 decode call "
                     "here")
-    path = tiny('llama_untied_mha')                     # head size 16: the decode-attention kernel has a version for it
+    path = tiny(model_kind)                     # head sizes 16 and 32: the decode-attention kernel has a version for each
     kw = dict(dtype='bfloat16', quantization=mode, quantize=quantize_model, max_batch_size=4, max_model_len=256,
               quant_group_size=32 if mode == 'int4' else None)
     call, layers = build_engine(path, **kw), build_engine(path, **kw, decode_call=False)
     assert call.runner.decode_call is not None and call.runner.decode_call.quant == kind, call.runner.decode_call_off
     assert layers.runner.decode_call is None
+    if model_kind == 'qwen3':
+        attn = call.model.model.layers[0].self_attn
+        assert type(attn.q_norm).__name__ == 'FastRMSNorm' and attn.q_norm.weight.dtype == torch.bfloat16
     prompts = [[5, 6, 7], list(range(10, 60)), [9] * 12, [40, 41]]
     params = [SamplingParams(max_tokens=20, temperature=t, seed=i, logprobs=2, ignore_eos=True)
               for i, t in enumerate((0, 0.8, 0, 1.0))]
