@@ -22,7 +22,8 @@ TINY_KINDS = {
     'llama_linear_rope': ('llama', dict(num_attention_heads=4, num_key_value_heads=2, rope_scaling={'rope_type': 'linear', 'factor': 2.0})),
     'mistral': ('mistral', dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=None)),
     # q/k norms per head; 4 heads of 32: a query width (128) twice the hidden width
-    'qwen3': ('qwen3', dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True, rope_theta=1e6)),
+    'qwen3': ('qwen3', dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True,
+                            rope_theta=1e6)),
 }
 
 def make_tiny(path: Path, kind: str, seed: int = 0, dtype=torch.float32) -> Path:

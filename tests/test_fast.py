@@ -285,20 +285,23 @@ def test_decode_call_is_off_where_it_does_not_apply(tiny):
         assert eng.runner.decode_call is None and says in eng.runner.decode_call_off, (cfg, eng.runner.decode_call_off)
         assert len(eng.generate(['hello'], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)[0].token_ids) == 4
 
-PLAIN = dict(fuse_projections=False, gemv=False, pack_weights=False, amx_linear=False, small_ops=False, decode_call=False)
+PLAIN = dict(fuse_projections=False, gemv=False, pack_weights=False, amx_linear=False, small_ops=False,
+             decode_call=False)
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 def test_qwen3_fast_paths_on_equal_off(tiny, dtype):
-    """A tiny Qwen3 (an RMSNorm on each q and k head, a query width twice the hidden width): every fast path on (fused
-    projections, the GEMV, packed products through nanoserve's kernels, the small operators, the decode call) gives the
-    plain layers' greedy tokens, as a batch of four and each prompt alone; float32 every token, bfloat16 up to the ties."""
+    """A tiny Qwen3 (an RMSNorm on each q and k head, a query width twice the hidden width): every fast path on
+    (fused projections, the GEMV, packed products through nanoserve's kernels, the small operators, the decode call)
+    gives the plain layers' greedy tokens, as a batch of four and each prompt alone; float32 every token, bfloat16 up
+    to the ties."""
     from nanoserve.decode_call import decode_call_refusal
     path = tiny('qwen3')
     ref = Engine.build(path, config=EngineConfig(dtype=dtype, **PLAIN))
     fast = Engine.build(path, config=EngineConfig(dtype=dtype))
     assert not any(ref.model.fast[k] for k in ('fuse', 'one_row', 'pack', 'small_ops'))
     attn = fast.model.model.layers[0].self_attn
-    assert isinstance(attn, FusedAttention) and isinstance(attn.q_norm, FastRMSNorm) and isinstance(attn.k_norm, FastRMSNorm)
+    assert isinstance(attn, FusedAttention)
+    assert isinstance(attn.q_norm, FastRMSNorm) and isinstance(attn.k_norm, FastRMSNorm)
     assert ref.model.model.layers[0].self_attn.q_norm is not None
     # the decode call takes the q/k norms: where this CPU runs the call for the dtype, the runner uses it
     applies = decode_call_refusal(fast.model, fast.runner.cache) is None

@@ -39,7 +39,8 @@ def test_cuda_graphs_server_warms_before_healthy_and_matches_eager(tiny):
         assert completions(url, prompts, max_tokens=24, temperature=0.8, seed=5, n=3) == got
         assert completions(url, [[5, 6, 7, 8]], max_tokens=40, temperature=0) == greedy
 
-@pytest.mark.parametrize('kind,recorder', [('peaky', 'compile'), ('llama_untied_mha', 'decode_call'), ('qwen3', 'decode_call')])
+@pytest.mark.parametrize('kind,recorder', [('peaky', 'compile'), ('llama_untied_mha', 'decode_call'),
+                                           ('qwen3', 'decode_call')])
 def test_cpu_default_recorder_server_matches_eager(tiny, peaky, kind, recorder):
     """The CPU's default recorder, chosen by device and model: the decode call where the model takes it (head size 16
     here, and Qwen3's 32 with its q/k norms), else `compile` (head size 8: no decode-attention kernel); warmed before

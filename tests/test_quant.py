@@ -170,7 +170,7 @@ def test_quantized_decode_call_gives_the_layers_tokens_and_logprobs(tiny, mode, 
     if amx_kernel() is None:
         pytest.skip("this CPU has no bfloat16 dot products: no quantized product kernel and no bfloat16 decode call "
                     "here")
-    path = tiny(model_kind)                     # head sizes 16 and 32: the decode-attention kernel has a version for each
+    path = tiny(model_kind)                 # head sizes 16 and 32: the decode-attention kernel has a version for each
     kw = dict(dtype='bfloat16', quantization=mode, quantize=quantize_model, max_batch_size=4, max_model_len=256,
               quant_group_size=32 if mode == 'int4' else None)
     call, layers = build_engine(path, **kw), build_engine(path, **kw, decode_call=False)
