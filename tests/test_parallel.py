@@ -90,7 +90,7 @@ def test_each_rank_holds_half_the_weights_and_kv(tiny):
 def test_a_build_that_fails_after_loading_leaves_no_worker(tiny):
     before = children()
     with pytest.raises(ConfigError, match='fewer than one request'):
-        Engine.build(tiny('llama_tied_gqa'), dtype='float32', tensor_parallel_size=2, num_kv_blocks=1)     # refused by the pool, after the load
+        Engine.build(tiny('llama_tied_gqa'), dtype='float32', tensor_parallel_size=2, num_kv_blocks=1, max_model_len=64)  # refused by the pool, after the load
     assert children() == before
 
 @pytest.mark.parametrize('flags', [dict(batch_invariant=True), dict(prefix_cache=True, max_batch_size=2)])
