@@ -1,8 +1,8 @@
-"""A local server that speaks the part of the Hugging Face Hub's HTTP API that `huggingface_hub` uses to download a model:
-the repo info and tree listings under /api/models/, and files under /{repo}/resolve/{revision}/{path} (HEAD and GET, with
-Range), with the Hub's error headers (X-Error-Code: RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo). Point
-HF_ENDPOINT at it. Every request is recorded, so a test can say what was fetched; a file can be cut off once after N
-bytes, to check that a download resumes."""
+"""A local server that speaks the part of the Hugging Face Hub's HTTP API that `huggingface_hub` uses to download a
+model: the repo info and tree listings under /api/models/, and files under /{repo}/resolve/{revision}/{path} (HEAD and
+GET, with Range), with the Hub's error headers (X-Error-Code: RepoNotFound, RevisionNotFound, EntryNotFound,
+GatedRepo). Point HF_ENDPOINT at it. Every request is recorded, so a test can say what was fetched; a file can be cut
+off once after N bytes, to check that a download resumes, or stalled there, to kill the client mid-file."""
 from __future__ import annotations
 import hashlib, json, re, threading
 from dataclasses import dataclass, field

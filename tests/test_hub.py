@@ -1,8 +1,8 @@
 """Day 64, models by their Hub name: a local server that speaks the Hub's file API (tests/hubserver.py, HF_ENDPOINT)
 serves tiny random checkpoints. `nanoserve serve owner/name` downloads once into HF_HOME and serves; a second start with
-HF_HUB_OFFLINE=1 serves from the cache without a request, and transformers loads the same download offline; revisions and sharded checkpoints resolve; each refusal comes
-with its message before any weight is sent; a cut connection resumes with a Range request, and a killed download leaves
-no broken file where the loader reads."""
+HF_HUB_OFFLINE=1 serves from the cache without a request, and transformers loads the same download offline; revisions
+and sharded checkpoints resolve; each refusal comes with its message before any weight is sent; a cut connection resumes
+with a Range request, and a killed download leaves no broken file where the loader reads."""
 import json, os, shutil, subprocess, sys, threading
 from pathlib import Path
 import openai, pytest, transformers
