@@ -12,8 +12,8 @@ from .core import ConfigError, human_bytes, dtype_name, available_ram
 from .hub import free_memory
 from .weights import weight_bytes
 from .kvcache import KVCache
-from .engine import (Engine, EngineConfig, load_parts, make_cache, with_checkpoint_quantization, make_proposer,
-                              model_dir)
+from .engine import Engine, EngineConfig, load_parts, make_cache, with_checkpoint_quantization
+from .engine import make_proposer, model_dir
 from .parallel import ranks_released_on_error
 from .async_engine import AsyncEngine
 from .serve import health_payload, serve_engine
