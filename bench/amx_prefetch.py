@@ -33,11 +33,11 @@ def step_products(weights: list, m: int, g):
     xs = {k: torch.randn(m, k, generator=g).bfloat16() for k in (576, 1536)}
     outs = {n: torch.empty(m, n, dtype=torch.bfloat16) for n in {n for _, n in SHAPES}}
     def step(lib):
-        for k, n, w in weights: lib.amx_linear(xs[k].data_ptr(), w.data_ptr(), None, outs[n].data_ptr(), m, n, k, th)
+        for k, n, w in weights: lib.amx_linear(xs[k].data_ptr(), w.data_ptr(), None, outs[n].data_ptr(), m, n, k, th, 0)
     def outputs(libs):
         for k, n, w in weights[:4] + weights[-1:]:
             got = [torch.empty(m, n, dtype=torch.bfloat16) for _ in libs]
-            for lib, o in zip(libs, got): lib.amx_linear(xs[k].data_ptr(), w.data_ptr(), None, o.data_ptr(), m, n, k, th)
+            for lib, o in zip(libs, got): lib.amx_linear(xs[k].data_ptr(), w.data_ptr(), None, o.data_ptr(), m, n, k, th, 0)
             yield got
     return step, outputs
 

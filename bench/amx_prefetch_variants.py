@@ -28,6 +28,6 @@ for m in map(int, sys.argv[1].split(',')):
         order = list(libs.items()) if r % 2 == 0 else list(libs.items())[::-1]
         for name, lib in order:
             t = time.perf_counter()
-            for k, n, w in ws: lib.amx_linear(xs[k].data_ptr(), w.data_ptr(), None, outs[n].data_ptr(), m, n, k, th)
+            for k, n, w in ws: lib.amx_linear(xs[k].data_ptr(), w.data_ptr(), None, outs[n].data_ptr(), m, n, k, th, 0)
             times[name].append(1e3 * (time.perf_counter() - t))
     print(f"{th} thr {m:2d} rows: " + '  '.join(f"{k} {statistics.median(v):5.1f}/{min(v):5.1f}" for k, v in times.items()), flush=True)

@@ -48,14 +48,14 @@ def main(argv=None):
         xf = {k: v.float() for k, v in xs.items()}
         outs = {n: torch.empty(m, n, dtype=torch.bfloat16) for _, n in SHAPES}
         def kernel(lib, name):
-            for k, n, own, *_ in weights: lib.amx_linear(xs[k].data_ptr(), own[name].data_ptr(), None, outs[n].data_ptr(), m, n, k, th)
+            for k, n, own, *_ in weights: lib.amx_linear(xs[k].data_ptr(), own[name].data_ptr(), None, outs[n].data_ptr(), m, n, k, th, 0)
         def onednn():
             for k, n, _, pd, _ in weights: torch.ops.mkldnn._linear_pointwise(xs[k], pd, None, 'none', [], '')
         def f32():
             for k, n, *_, pf in weights: f32_product(xf[k], pf, None, n)
         for k, n, own, pd, _ in weights[:4] + weights[-1:]:
             y, want = torch.empty(m, n, dtype=torch.bfloat16), torch.ops.mkldnn._linear_pointwise(xs[k], pd, None, 'none', [], '')
-            assert dots.amx_linear(xs[k].data_ptr(), own['dots'].data_ptr(), None, y.data_ptr(), m, n, k, th) == 0
+            assert dots.amx_linear(xs[k].data_ptr(), own['dots'].data_ptr(), None, y.data_ptr(), m, n, k, th, 0) == 0
             assert ((y.float() - want.float()).abs() <= want.float().abs() * 2 ** -7 + 1e-2).all(), (m, k, n)
         arms = {'dots': lambda: kernel(dots, 'dots'), 'onednn': onednn, 'f32': f32, 'sum': lambda: flat.sum()}
         if amx is not None: arms['amx'] = lambda: kernel(amx, 'amx')

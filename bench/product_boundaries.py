@@ -33,8 +33,8 @@ def main():
     xs = {k: torch.randn(1, k, generator=g).bfloat16() for k in (576, 1536)}
     outs, ob = {n: torch.empty(1, n, dtype=torch.bfloat16) for _, n in SHAPES}, torch.empty(1, NB, dtype=torch.bfloat16)
     def step():
-        for k, n, w in ws: lib.amx_linear(xs[k].data_ptr(), w.data_ptr(), None, outs[n].data_ptr(), 1, n, k, th)
-    def one(): lib.amx_linear(xs[576].data_ptr(), big.data_ptr(), None, ob.data_ptr(), 1, NB, 576, th)
+        for k, n, w in ws: lib.amx_linear(xs[k].data_ptr(), w.data_ptr(), None, outs[n].data_ptr(), 1, n, k, th, 0)
+    def one(): lib.amx_linear(xs[576].data_ptr(), big.data_ptr(), None, ob.data_ptr(), 1, NB, 576, th, 0)
     med, best = alternate({'step': step, 'one': one, 'sum': lambda: flat.sum()}, a.rounds)
     row = dict(threads=th, **{f'{k}_ms': round(v, 2) for k, v in med.items()}, **{f'{k}_best_ms': round(v, 2) for k, v in best.items()},
                boundaries_ms=round(med['step'] - med['one'], 2), step_gbs=round(nbytes / med['step'] / 1e6, 1), sum_gbs=round(nbytes / med['sum'] / 1e6, 1),

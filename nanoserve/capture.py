@@ -238,7 +238,7 @@ class CapturedDecode:
         if (why := decode_call_refusal(self.model, self.cache)) is not None:
             raise ConfigError(f"the 'decode_call' recorder cannot serve this model: {why}; use the compile recorder "
                               "(--capture-recorder compile)")
-        return DecodeCall(self.model, self.cache, argmax_address(self.model.dtype))
+        return DecodeCall(self.model, self.cache, argmax_address(torch.float32))       # float32 logits
 
     def shape_of(self, num_rows: int, max_context: int) -> DecodeShape:
         if self.bucket: return decode_shape(num_rows, max_context, self.row_buckets, self.width_buckets)

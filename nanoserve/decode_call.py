@@ -129,8 +129,8 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
 # %% ../nbs/13_decode_call.ipynb #dc000011
 class DecodeCall:
     """A pure-decode step's forward and logits as one C call over `model`'s weights and `cache`'s pools (see
-    `decode_call_refusal`); `argmax`: the address of the sampler's argmax kernel for the model's dtype, which `run` then
-    calls on the logits when asked."""
+    `decode_call_refusal`); `argmax`: the address of the sampler's float32 argmax kernel (the logits are float32 in
+    either dtype), which `run` then calls on the logits when asked."""
     def __init__(self, model: CausalLM, cache: KVCache, argmax: int | None = None):
         if (why := decode_call_refusal(model, cache)) is not None:
             raise ValueError(f"this model cannot take the decode call: {why}")
@@ -174,7 +174,7 @@ class DecodeCall:
         self._lists = [(ctypes.c_int64 * self.max_rows)() for _ in range(4)]
         self.argmax, self.best = argmax, None
         # the logits' width and dtype, read once
-        self._out = cfg.vocab_size, model.dtype
+        self._out = cfg.vocab_size, torch.float32          # float32 logits in either dtype
         table, rows, block, pad = embedding_table(model.model.embed_tokens)
         self._rows_args = (table.data_ptr(), rows, block, pad, *map(ctypes.addressof, self._lists[:3]))
         self._table = slots.data_ptr(), slots.shape[0], slots.shape[1]
@@ -197,7 +197,7 @@ class DecodeCall:
         if rc: raise MemoryError("the decode call could not allocate its scratch")
 
     def __call__(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor | None:
-        """Logits [R, vocab] in the model's dtype of a step of R decodes, all sampling; None for a step that is not one
+        """Float32 logits [R, vocab] of a step of R decodes, all sampling; None for a step that is not one
         call (prefill in it, no rows, R > `max_rows`)."""
         R = meta.num_decodes
         if not 0 < R <= self.max_rows or R != len(meta.chunks) or input_ids.shape[0] != R: return None
@@ -206,7 +206,7 @@ class DecodeCall:
         h = self.model.model.embed_tokens(input_ids)
         win = decode_slots(self.cache, meta)
         pos, slots, ctx = meta.positions.contiguous(), meta.slot_mapping.contiguous(), meta.decode_context.contiguous()
-        logits = torch.empty(R, self.model.config.vocab_size, dtype=self.model.dtype, device=h.device)
+        logits = torch.empty(R, self.model.config.vocab_size, dtype=torch.float32, device=h.device)
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_forward(*self._args, h.data_ptr(), pos.data_ptr(), slots.data_ptr(), win.data_ptr(),
                     win.numel() // R, ctx.data_ptr(), R, logits.data_ptr(), torch.get_num_threads())
@@ -215,7 +215,7 @@ class DecodeCall:
 
     def run(self, rows: list[int], tokens: list[int], context_lens: list[int],
             argmax: bool = False) -> torch.Tensor | None:
-        """Logits [R, vocab] in the model's dtype of a step of R decodes given as the runner holds them: each row's
+        """Float32 logits [R, vocab] of a step of R decodes given as the runner holds them: each row's
         cache row, the token it decodes, and its context with that token (positions, slots and windows are read from
         the cache's slot table in C); None where R is 0 or past `max_rows`. With `argmax` (and the kernel's address
         given), `best` is then each row's argmax, -1 for a row holding a NaN (else None)."""

@@ -8,7 +8,7 @@ import ctypes, functools
 import torch
 import torch.nn.functional as F
 from torch import nn
-from .model import CausalLM, Attention, AttentionBackend
+from .model import CausalLM, Attention, AttentionBackend, wide_linear
 from .layers import MLP, RotaryEmbedding
 from .core import c_library, cpu_flags, kernel_source, named_in_profile
 from .elementwise import FastRMSNorm, FastRotary, silu_mul, silu_mul_op, small_ops_take
@@ -22,50 +22,56 @@ __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_ref
            'invariant_refusal', 'release_original', 'PackedEmbedding']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
-def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def gemv_reference(x: torch.Tensor, w: torch.Tensor, wide: bool = False) -> torch.Tensor:
     """x [rows, in] @ w [out, in].T, accumulated in float32: the product as a multiply and a reduction (run it compiled:
-    `gemv`)."""
-    return (x.float()[:, None, :] * w.float()[None]).sum(-1).to(x.dtype)
+    `gemv`); cast back to x's dtype, or with `wide` the float32 sums as they are (an LM head's logits)."""
+    y = (x.float()[:, None, :] * w.float()[None]).sum(-1)
+    return y if wide else y.to(x.dtype)
 
 gemv = torch.compile(gemv_reference, dynamic=True, fullgraph=True)
 
-def one_row_product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def one_row_product(x: torch.Tensor, w: torch.Tensor, wide: bool = False) -> torch.Tensor:
     """`gemv` called from eager code, its inputs made alike (inference mode, a fresh x, a plain w) so one compiled
     kernel per dtype serves every call."""
-    with torch.inference_mode(): return gemv(x.clone(), w.detach())
+    with torch.inference_mode(): return gemv(x.clone(), w.detach(), wide)
 
 # %% ../nbs/06_fast.ipynb #c1371631
 @torch.library.custom_op('nanoserve::packed_linear', mutates_args=())
-def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, wide: bool = False) -> torch.Tensor:
     """x @ weight.T + bias through the packed copy `FastLinear.pack` leaves on `weight`, at every row count: the
     bfloat16 kernel's (`weight.amx`; the build whose every row count takes one path where `weight.invariant` says so,
     the batch-invariant mode), the float32 kernel's (`weight.f32`), else oneDNN's (`weight.packed`), `F.linear` without
-    any. An operator of its own, so that a compiled decode step calls it as it is: Inductor cannot trace a packed
-    (mkldnn) tensor, nor a ctypes call."""
+    any; with `wide`, the float32 sums unrounded (an LM head's). An operator of its own, so that a compiled decode step
+    calls it as it is: Inductor cannot trace a packed (mkldnn) tensor, nor a ctypes call."""
     copies = (getattr(weight, name, None) for name in ('amx', 'packed', 'f32'))
-    return _product(x, weight, bias, *copies, getattr(weight, 'invariant', False))
+    return _product(x, weight, bias, *copies, getattr(weight, 'invariant', False), wide)
 
-def _product(x, weight, bias, amx, packed, f32, invariant=False):
+def _product(x, weight, bias, amx, packed, f32, invariant=False, wide=False):
     rows, out = x.shape[0], weight.shape[0]
-    if rows and amx is not None and x.dtype == torch.bfloat16: return amx_product(x, amx, bias, out, invariant)
+    if rows and amx is not None and x.dtype == torch.bfloat16: return amx_product(x, amx, bias, out, invariant, wide)
     if rows and f32 is not None and x.dtype == torch.float32: return f32_product(x, f32, bias, out)
+    # no kernel here writes a narrower dtype's float32 sums: the head's weight widened, a block of rows at a time
+    if wide and x.dtype != torch.float32: return wide_linear(x, weight, bias)
     if rows and packed is not None:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, 'none', [], '')
     return F.linear(x, weight, bias)
 
 @packed_linear.register_fake
-def _(x, weight, bias): return x.new_empty(x.shape[0], weight.shape[0])
+def _(x, weight, bias, wide=False):
+    return x.new_empty(x.shape[0], weight.shape[0], dtype=torch.float32 if wide else x.dtype)
 
 class FastLinear(nn.Module):
     """A linear layer whose weight may be several concatenated along the outputs: packed weights (nanoserve's kernels',
-    oneDNN's) once `pack` ran, else the compiled GEMV for one CPU row."""
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, one_row: bool = True):
+    oneDNN's) once `pack` ran, else the compiled GEMV for one CPU row. `wide`: its output is the float32 sums, never
+    rounded to the weight's dtype (the LM head's logits)."""
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, one_row: bool = True,
+                 wide: bool = False):
         super().__init__()
         # a layer's own parameter is kept (tying)
         param = lambda t: t if isinstance(t, nn.Parameter) else nn.Parameter(t, requires_grad=False)
         self.weight = param(weight)                                  # [out, in]
         self.bias = None if bias is None else param(bias)            # [out]
-        self.one_row = one_row
+        self.one_row, self.wide = one_row, wide
         # once `pack` has run, one of three copies (not parameters): the weight in the bfloat16 kernel's layout
         # (either build) where `pack(amx=True)` found the kernel,
         self.amx = None
@@ -106,7 +112,7 @@ class FastLinear(nn.Module):
         return None if n is None else ((n,), w.dtype)
 
     @classmethod
-    def of(cls, *linears: nn.Linear, one_row: bool = True) -> FastLinear:
+    def of(cls, *linears: nn.Linear, one_row: bool = True, wide: bool = False) -> FastLinear:
         """One layer computing `linears` side by side: outputs concatenated in order (a single layer's tensor is kept,
         not copied)."""
         if len({l.in_features for l in linears}) != 1:
@@ -116,7 +122,7 @@ class FastLinear(nn.Module):
         w = linears[0].weight if len(linears) == 1 else torch.cat([l.weight for l in linears])
         if linears[0].bias is None or len(linears) == 1: b = linears[0].bias
         else: b = torch.cat([l.bias for l in linears])
-        return cls(w, b, one_row)
+        return cls(w, b, one_row, wide)
 
     @property
     def out_features(self) -> int: return self.weight.shape[0]
@@ -126,14 +132,19 @@ class FastLinear(nn.Module):
             own = self.amx is not None or self.invariant
             if self.one_row and x.shape[0] == 1 and x.device.type == 'cpu' and not own: return self._gemv(x)   # fused
             # the packed products, as eager takes them
-            if self.is_packed: return packed_linear(x, self.weight, self.bias)
-            return F.linear(x, self.weight, self.bias)
-        if self.is_packed: return _product(x, self.weight, self.bias, self.amx, self.packed, self.f32, self.invariant)
+            if self.is_packed: return packed_linear(x, self.weight, self.bias, self.wide)
+            return self._plain(x)
+        if self.is_packed:
+            return _product(x, self.weight, self.bias, self.amx, self.packed, self.f32, self.invariant, self.wide)
         if self.one_row and x.shape[0] == 1 and x.device.type == 'cpu': return self._gemv(x)
-        return F.linear(x, self.weight, self.bias)
+        return self._plain(x)
+
+    def _plain(self, x: torch.Tensor) -> torch.Tensor:
+        return wide_linear(x, self.weight, self.bias) if self.wide else F.linear(x, self.weight, self.bias)
 
     def _gemv(self, x: torch.Tensor) -> torch.Tensor:
-        y = gemv_reference(x, self.weight) if torch.compiler.is_compiling() else one_row_product(x, self.weight)
+        w, wide = self.weight, self.wide
+        y = gemv_reference(x, w, wide) if torch.compiler.is_compiling() else one_row_product(x, w, wide)
         return y if self.bias is None else y + self.bias
 
 # %% ../nbs/06_fast.ipynb #amx00002
@@ -148,14 +159,14 @@ def _declare_amx(lib):
     lib.amx_packed_size.restype, lib.amx_packed_size.argtypes = I, [I, I]
     lib.amx_pack.restype, lib.amx_pack.argtypes = None, [P, P, I, I]
     lib.amx_block_cols.restype, lib.amx_block_cols.argtypes = ctypes.c_int, []
-    lib.amx_linear.restype, lib.amx_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int]
+    lib.amx_linear.restype, lib.amx_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int, ctypes.c_int]
     lib.amx_dot_rows.restype, lib.amx_dot_rows.argtypes = ctypes.c_int, []
     lib.q8_packed_size.restype, lib.q8_packed_size.argtypes = I, [I, I]
     lib.q8_pack.restype, lib.q8_pack.argtypes = None, [P, P, P, I, I]
-    lib.q8_linear.restype, lib.q8_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int]
+    lib.q8_linear.restype, lib.q8_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int, ctypes.c_int]
     lib.q4_packed_size.restype, lib.q4_packed_size.argtypes = I, [I, I, I]
     lib.q4_pack.restype, lib.q4_pack.argtypes = None, [P, P, P, P, I, I, I]
-    lib.q4_linear.restype, lib.q4_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int]
+    lib.q4_linear.restype, lib.q4_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int, ctypes.c_int]
     if lib.amx_enable() != 0:
         raise OSError("Linux did not grant this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
 
@@ -230,16 +241,17 @@ def own_copy(w: torch.Tensor, into: torch.Tensor | None = None, consume: bool = 
     return out
 
 def amx_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int,
-                invariant: bool = False) -> torch.Tensor:
-    """x [rows, in] (bfloat16) @ w.T + bias from w's `amx_pack`ed copy: float32 sums, one rounding to bfloat16;
-    `invariant`: through `amx_kernel(invariant=True)`, whose row bits do not depend on the number of rows."""
+                invariant: bool = False, wide: bool = False) -> torch.Tensor:
+    """x [rows, in] (bfloat16) @ w.T + bias from w's `amx_pack`ed copy: float32 sums, one rounding to bfloat16, or with
+    `wide` none (float32 out: an LM head's logits); `invariant`: through `amx_kernel(invariant=True)`, whose row bits do
+    not depend on the number of rows."""
     x = x.contiguous()
-    out = torch.empty(x.shape[0], out_features, dtype=torch.bfloat16, device=x.device)
+    out = torch.empty(x.shape[0], out_features, dtype=torch.float32 if wide else torch.bfloat16, device=x.device)
     b = None if bias is None else bias.to(torch.bfloat16).contiguous()
     with named_in_profile('nanoserve::amx_linear'):
         failed = _amx_lib(invariant).amx_linear(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),
                                                 out.data_ptr(), x.shape[0], out_features, x.shape[1],
-                                                torch.get_num_threads())
+                                                torch.get_num_threads(), int(wide))
     if failed: raise MemoryError("the bfloat16 product kernel could not allocate its padded input")
     return out
 
@@ -255,23 +267,25 @@ def q8_pack(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
     return packed
 
 def _quantized_product(entry: str, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
-                       out_features: int) -> torch.Tensor:
-    "x [rows, in] through the kernel library's quantized product `entry` ('q8_linear' or 'q4_linear'), in bfloat16."
+                       out_features: int, wide: bool = False) -> torch.Tensor:
+    """x [rows, in] through the kernel library's quantized product `entry` ('q8_linear' or 'q4_linear'), in bfloat16
+    (`wide`: its float32 sums)."""
     x = x.to(torch.bfloat16).contiguous()
-    out = torch.empty(x.shape[0], out_features, dtype=torch.bfloat16, device=x.device)
+    out = torch.empty(x.shape[0], out_features, dtype=torch.float32 if wide else torch.bfloat16, device=x.device)
     b = None if bias is None else bias.to(torch.bfloat16).contiguous()
     with named_in_profile(f'nanoserve::{entry}'):
         failed = getattr(_amx_lib(), entry)(x.data_ptr(), packed.data_ptr(), None if b is None else b.data_ptr(),
                                             out.data_ptr(), x.shape[0], out_features, x.shape[1],
-                                            torch.get_num_threads())
+                                            torch.get_num_threads(), int(wide))
     if failed == 1: raise MemoryError(f"the {entry} kernel could not allocate its panels or scratch")
     if failed: raise ValueError(f"the {entry} kernel refused {x.shape[1]} inputs: not a multiple of its blocks")
     return out
 
-def q8_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+def q8_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int,
+               wide: bool = False) -> torch.Tensor:
     """x [rows, in] @ (q * scale).T + bias in bfloat16 from `q8_pack`'s layout: x rounded to bfloat16, float32 sums over
-    the int8 weights, one rounding; a row's bits do not depend on the number of rows."""
-    return _quantized_product('q8_linear', x, packed, bias, out_features)
+    the int8 weights, one rounding (none with `wide`: float32 out); a row's bits do not depend on the number of rows."""
+    return _quantized_product('q8_linear', x, packed, bias, out_features, wide)
 
 def q4_pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int) -> torch.Tensor | None:
     """int4 codes q [out, in] (0..15) with a scale and a zero per group of `group_size` inputs ([out, in / group_size],
@@ -286,10 +300,12 @@ def q4_pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size
     lib.q4_pack(q.data_ptr(), scale.data_ptr(), zero.data_ptr(), packed.data_ptr(), out, inp, group_size)
     return packed
 
-def q4_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+def q4_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int,
+               wide: bool = False) -> torch.Tensor:
     """x [rows, in] @ w.T + bias in bfloat16 from `q4_pack`'s layout: x rounded to bfloat16, float32 sums over the codes
-    read as 128 + q, one correction a group, one rounding; a row's bits do not depend on the number of rows."""
-    return _quantized_product('q4_linear', x, packed, bias, out_features)
+    read as 128 + q, one correction a group, one rounding (none with `wide`: float32 out); a row's bits do not depend
+    on the number of rows."""
+    return _quantized_product('q4_linear', x, packed, bias, out_features, wide)
 
 # %% ../nbs/06_fast.ipynb #2672f6f2
 class FusedAttention(nn.Module):
@@ -371,7 +387,8 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
                 for mod, names in ((a, ('q_proj', 'k_proj', 'v_proj', 'o_proj')),
                                    (m, ('gate_proj', 'up_proj', 'down_proj'))):
                     for n in names: setattr(mod, n, FastLinear.of(getattr(mod, n), one_row=one_row))
-        if fuse or one_row or pack: model.lm_head = FastLinear.of(model.lm_head, one_row=one_row)
+        # the LM head writes its float32 sums: the logits are never rounded to the model's dtype
+        if fuse or one_row or pack: model.lm_head = FastLinear.of(model.lm_head, one_row=one_row, wide=True)
         if quantize is not None: quantize(model)
         linears = [m for m in model.modules() if isinstance(m, FastLinear)]
         tied_head = model.lm_head.weight is model.model.embed_tokens.weight      # the embedding reads it too

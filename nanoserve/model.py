@@ -16,8 +16,8 @@ from .layers import RMSNorm, RotaryEmbedding, MLP
 from .weights import load_weights
 
 # %% auto #0
-__all__ = ['QUANTIZED_PROJECTIONS', 'AttentionBackend', 'sdpa_reference', 'DenseKV', 'DenseStep', 'Attention', 'DecoderLayer',
-           'DecoderStack', 'CausalLM', 'load_model']
+__all__ = ['WIDE_ROWS_BYTES', 'QUANTIZED_PROJECTIONS', 'AttentionBackend', 'sdpa_reference', 'DenseKV', 'DenseStep', 'Attention',
+           'DecoderLayer', 'wide_linear', 'head_logits', 'DecoderStack', 'CausalLM', 'load_model']
 
 # %% ../nbs/05_model.ipynb #f71a9e3a
 class AttentionBackend(ABC):
@@ -113,6 +113,25 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 # %% ../nbs/05_model.ipynb #577c3b3b
+# bytes of float32 weight rows widened at a time by `wide_linear`
+WIDE_ROWS_BYTES = 32 << 20
+
+def wide_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [rows, in] @ w [out, in].T (+ bias) in float32 whatever their dtype: both widened (w a block of rows at a time,
+    so no float32 copy of the whole weight is made) and the float32 sums returned as they are, never rounded to the
+    narrower dtype. The LM head's reference, and its product where no kernel writes float32 sums."""
+    if x.dtype == w.dtype == torch.float32: return F.linear(x, w, bias)
+    x, step = x.float(), max(1, WIDE_ROWS_BYTES // (4 * w.shape[1]))
+    out = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
+    for i in range(0, w.shape[0], step): out[:, i:i + step] = F.linear(x, w[i:i + step].float())
+    return out if bias is None else out + bias.float()
+
+def head_logits(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The logits [rows, vocab] an LM head gives for `hidden`, in float32: a plain `nn.Linear` through `wide_linear`;
+    any other head (the fast layers', a quantized one, a gathering one) writes its float32 sums itself."""
+    if type(head) is nn.Linear: return wide_linear(hidden, head.weight, head.bias)
+    return head(hidden).float()
+
 class DecoderStack(nn.Module):
     "Embedding, the decoder layers and the final norm (transformers' `model.` prefix)."
     def __init__(self, cfg: ModelConfig):
@@ -137,8 +156,8 @@ class CausalLM(nn.Module):
         return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        "[rows, hidden] -> float32 logits [rows, vocab_size]."
-        return self.lm_head(hidden).float()
+        "[rows, hidden] -> float32 logits [rows, vocab_size] (`head_logits`: float32 sums, never rounded)."
+        return head_logits(self.lm_head, hidden)
 
     @property
     def dtype(self) -> torch.dtype: return self.lm_head.weight.dtype

@@ -70,9 +70,12 @@ def _param(t: torch.Tensor) -> nn.Parameter:
 class Int8Linear(nn.Module):
     """A linear layer with int8 weights, one scale per output; computed in bfloat16 by nanoserve's int8 product where
     the CPU takes it (`q8`: the codes and scales in its layout, and nothing beside them), else by PyTorch's weight-only
-    int8 op (`qweight`, `scales`). `pack=False` keeps PyTorch's."""
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, pack: bool = True):
+    int8 op (`qweight`, `scales`). `pack=False` keeps PyTorch's. `wide`: the output is float32 sums, never rounded to
+    bfloat16 (an LM head's logits; PyTorch's op then takes float32 activations)."""
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, pack: bool = True,
+                 wide: bool = False):
         super().__init__()
+        self.wide = wide
         q, scale = quantize_int8(weight)
         self._out = q.shape[0]
         packed = q8_pack(q, scale) if pack and weight.device.type == 'cpu' else None
@@ -83,18 +86,21 @@ class Int8Linear(nn.Module):
     @property
     def out_features(self) -> int: return self._out
     def forward(self, x: torch.Tensor) -> torch.Tensor:                       # x: [rows, in]
-        if self.q8 is not None: return q8_product(x, self.q8, self.bias, self._out).to(x.dtype)
-        y = torch._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.qweight, self.scales).to(x.dtype)
+        out = torch.float32 if self.wide else x.dtype
+        if self.q8 is not None: return q8_product(x, self.q8, self.bias, self._out, self.wide).to(out)
+        dt = torch.float32 if self.wide else torch.bfloat16
+        y = torch._weight_int8pack_mm(x.to(dt).contiguous(), self.qweight, self.scales.to(dt)).to(out)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 class Int4Linear(nn.Module):
     """A linear layer with int4 weights in groups: computed in bfloat16 by nanoserve's int4 product where the CPU
     takes it (`q4`: codes, scales and corrections in its layout, and nothing beside them), else packed once for
     PyTorch's CPU int4 kernel and computed in the activations' dtype (`packed`, `scales_zeros`). `pack=False` keeps
-    PyTorch's."""
+    PyTorch's. `wide`: float32 out, as `Int8Linear`'s."""
     def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None = None, group_size: int = 128,
-                 codes: tuple | None = None, pack: bool = True):
+                 codes: tuple | None = None, pack: bool = True, wide: bool = False):
         super().__init__()
+        self.wide = wide
         q, scale, zero = codes if weight is None else quantize_int4(weight, group_size)
         self.group_size, self._out = group_size, q.shape[0]
         own = q4_pack(q, scale, zero, group_size) if pack and q.device.type == 'cpu' else None
@@ -115,10 +121,12 @@ class Int4Linear(nn.Module):
     @property
     def out_features(self) -> int: return self._out
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.q4 is not None: return q4_product(x, self.q4, self.bias, self._out).to(x.dtype)
-        dt = x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.bfloat16
+        out = torch.float32 if self.wide else x.dtype
+        if self.q4 is not None: return q4_product(x, self.q4, self.bias, self._out, self.wide).to(out)
+        if self.wide: dt = torch.float32
+        else: dt = x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.bfloat16
         sz = self.scales_zeros if dt == torch.bfloat16 else self.scales_zeros.float()
-        y = torch._weight_int4pack_mm_for_cpu(x.to(dt).contiguous(), self.packed, self.group_size, sz).to(x.dtype)
+        y = torch._weight_int4pack_mm_for_cpu(x.to(dt).contiguous(), self.packed, self.group_size, sz).to(out)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 # %% ../nbs/55_quant.ipynb #24487401
@@ -167,7 +175,8 @@ def quantize_head(model: CausalLM, mode: str = 'int4', group_size: int | None = 
         elif head.weight.numel(): w = head.weight
         else: raise ConfigError("the LM head's weight was released when it was packed: load the model keeping it")
         group_size = group_size or getattr(model, 'quant_group_size', None) or group_size_for(model)
-        new = Int8Linear(w, head.bias) if mode == 'int8' else Int4Linear(w, head.bias, group_size)
+        # its logits float32, as every head's
+        new = Int8Linear(w, head.bias, wide=True) if mode == 'int8' else Int4Linear(w, head.bias, group_size, wide=True)
     # the model's dtype is read from its head's weight: the old one's (a stub once packed) stays for it
     new.weight = head.weight
     model.lm_head, model.head_quantization = new, mode

@@ -57,7 +57,7 @@ class ModelRunner:
                                 'the batch-invariant mode pads every step' if self.invariant_padding else
                                 "the decode kernel is off" if not decode_kernel else decode_call_refusal(model, cache))
         # the argmax kernel, which the call runs on its logits for greedy steps
-        am = argmax_address(model.dtype) if self.decode_call_off is None else None
+        am = argmax_address(torch.float32) if self.decode_call_off is None else None     # float32 logits
         self.decode_call = DecodeCall(model, cache, argmax=am) if self.decode_call_off is None else None
         # the decode path: an object whose run(rows, tokens, context_lens, argmax) serves pure-decode steps (and, where
         # its `best` is set, each row's argmax too)
@@ -143,8 +143,7 @@ class ModelRunner:
     def logits(self, input_ids: torch.Tensor, positions: torch.Tensor, meta,
                sample_idx: list[int]) -> torch.Tensor | None:
         """The forward of a prepared step, and logits [len(sample_idx), vocab] of its sampled rows (None when no row
-        samples): float32, or the model's dtype from the decode call (the batch sampler widens a row where it computes
-        on it)."""
+        samples): float32 on every path, the decode call's included (no head rounds its sums)."""
         if self.decode_call is not None and len(sample_idx) == meta.num_decodes == len(meta.chunks):
             # every row a decode that samples
             if (logits := self.decode_call(input_ids, meta)) is not None: return logits

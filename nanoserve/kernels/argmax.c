@@ -26,8 +26,8 @@ static inline vf ld_bf16(const uint16_t *p) {
 }
 static inline float one_f32(float x) { return x; }
 static inline float one_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-/* float32 rows, or bfloat16 rows as their float32 values (the decode call returns the model's dtype: no widened
-   copy) */
+/* float32 rows (every LM head's logits, the decode call's included), or bfloat16 rows as their float32 values (no
+   widened copy) */
 #define ARGMAX(NAME, T, LD, ONE)                                                                                       \
 void NAME(const T *x, int64_t rows, int64_t n, int64_t *out) {                                                         \
     for (int64_t r = 0; r < rows; r++) {                                                                               \

@@ -1,6 +1,7 @@
 /* bf16_linear.c: bfloat16 products over weights packed once, on AMX tiles or AVX512-BF16 dot products.
 
-   Computes  y = x @ w.T (+ b) in bfloat16 (float32 sums, rounded to nearest even) for up to AMX_MAX_ROWS rows.
+   Computes  y = x @ w.T (+ b) in bfloat16 (float32 sums, rounded to nearest even) for any number of rows, or the
+             float32 sums unrounded where the caller asks (the last argument, f32: an LM head's logits).
    Entry     amx_enable (asks Linux for the tile state), amx_packed_size and amx_pack (the build's packed layout),
              amx_linear (the product), amx_dot_rows (the most rows the dot products take); q8_packed_size, q8_pack
              and q8_linear, the same products over int8 weights with a scale a column, and q4_packed_size, q4_pack
@@ -107,10 +108,14 @@ void amx_pack(const uint16_t *w, uint16_t *p, int64_t N, int64_t K) {
 
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tilecfg;
 
-/* float32 results c [rows][64] -> bfloat16 out (times scale, + bias), the first ncols columns, rounded to nearest
-   even; scale (an int8 weight's, one a column) or null */
-TGT static void store_rows(uint16_t *out, int64_t ldo, const float *c, int64_t rows, int64_t ncols,
-                           const uint16_t *bias, const float *scale) {
+/* element i of an output: bfloat16, or float32 where the caller asked for its sums unrounded (f32: an LM head's
+   logits) */
+#define OUT_AT(out, i, f32) ((char *)(out) + (i) * ((f32) ? 4 : 2))
+
+/* float32 results c [rows][64] -> out (times scale, + bias), the first ncols columns: bfloat16 rounded to nearest
+   even, or with f32 the float32 values as they are; scale (an int8 weight's, one a column) or null */
+TGT static void store_rows(void *out, int64_t ldo, const float *c, int64_t rows, int64_t ncols,
+                           const uint16_t *bias, const float *scale, const int f32) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < ncols; j += 16) {
             __mmask16 m = ncols - j >= 16 ? 0xffff : (__mmask16)((1u << (ncols - j)) - 1);
@@ -120,7 +125,8 @@ TGT static void store_rows(uint16_t *out, int64_t ldo, const float *c, int64_t r
                 __m512i bw = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, bias + j));
                 v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(bw, 16)));
             }
-            _mm256_mask_storeu_epi16(out + r * ldo + j, m, (__m256i)_mm512_cvtneps_pbh(v));
+            if (f32) _mm512_mask_storeu_ps((float *)out + r * ldo + j, m, v);
+            else _mm256_mask_storeu_epi16((uint16_t *)out + r * ldo + j, m, (__m256i)_mm512_cvtneps_pbh(v));
         }
 }
 
@@ -143,8 +149,8 @@ TGT static inline __m512bh q8_bf16(const int8_t *q) {
 /* (q8, a constant at each call: the block holds int8 codes, a byte an element, widened to bfloat16 as they are read,
    and scale then multiplies each column's sums; see the int8 products below) */
 TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt, int64_t ldx, int64_t K,
-        const void *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const float *scale,
-        const int mr, const int nv, const int q8) {
+        const void *blk, void *out, int64_t ldo, int64_t ncols, const uint16_t *bias, const float *scale,
+        const int mr, const int nv, const int q8, const int f32) {
     __m512 acc[PASS_ROWS][NV];
     float c[PASS_ROWS * NB] __attribute__((aligned(64)));
     for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) acc[r][j] = _mm512_setzero_ps();
@@ -164,19 +170,19 @@ TGT static inline __attribute__((always_inline)) void dot_pass(const int32_t *xt
         }
     }
     for (int r = 0; r < mr; r++) for (int j = 0; j < nv; j++) _mm512_store_ps(c + r * NB + 16 * j, acc[r][j]);
-    store_rows(out, ldo, c, mr, ncols, bias, scale);
+    store_rows(out, ldo, c, mr, ncols, bias, scale, f32);
 }
 /* a pass of n rows (its panel starts m * K/2 words in): a whole block with nv known to the compiler, the last one
    (fewer columns) with nv as it comes; an int8 block widened as read, or (past one pass) from its widened scratch */
 #define PASS(n) case n: \
-    if (scratch && nb == NB) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
-                                      bias ? bias + n0 : 0, sc, n, NV, 0); \
-    else if (scratch) dot_pass(xt + m * K2, ld, K, scratch, out + m * N + n0, N, min64(nb, N - n0), \
-                               bias ? bias + n0 : 0, sc, n, (int)(nb / 16), 0); \
-    else if (nb == NB) dot_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), \
-                                bias ? bias + n0 : 0, sc, n, NV, q8); \
-    else dot_pass(xt + m * K2, ld, K, blk, out + m * N + n0, N, min64(nb, N - n0), bias ? bias + n0 : 0, sc, \
-                  n, (int)(nb / 16), q8); break;
+    if (scratch && nb == NB) dot_pass(xt + m * K2, ld, K, scratch, OUT_AT(out, m * N + n0, f32), N, \
+                                      min64(nb, N - n0), bias ? bias + n0 : 0, sc, n, NV, 0, f32); \
+    else if (scratch) dot_pass(xt + m * K2, ld, K, scratch, OUT_AT(out, m * N + n0, f32), N, min64(nb, N - n0), \
+                               bias ? bias + n0 : 0, sc, n, (int)(nb / 16), 0, f32); \
+    else if (nb == NB) dot_pass(xt + m * K2, ld, K, blk, OUT_AT(out, m * N + n0, f32), N, min64(nb, N - n0), \
+                                bias ? bias + n0 : 0, sc, n, NV, q8, f32); \
+    else dot_pass(xt + m * K2, ld, K, blk, OUT_AT(out, m * N + n0, f32), N, min64(nb, N - n0), \
+                  bias ? bias + n0 : 0, sc, n, (int)(nb / 16), q8, f32); break;
 
 /* each thread's scratch block for the int8 products, grown to the widest asked for and kept; null when out of
    memory */
@@ -203,7 +209,7 @@ static uint16_t *q8_scratch(int64_t n) {
    below); past PASS_ROWS rows each int8 block is widened once into the thread's scratch block for all its passes
    (1 too when that cannot be had). */
 TGT static inline __attribute__((always_inline)) int dot_products(const uint16_t *x, const void *w, const float *scale,
-        const uint16_t *bias, uint16_t *out, int64_t M, int64_t N, int64_t K, int nthreads, const int q8) {
+        const uint16_t *bias, void *out, int64_t M, int64_t N, int64_t K, int nthreads, const int q8, const int f32) {
     int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, K2 = K / 2;
     const int32_t *xd = (const int32_t *)x;              /* a pair of bfloat16 inputs as one 32-bit word */
     int32_t *xt = (int32_t *)xd;                         /* one row is its own transpose */
@@ -250,20 +256,20 @@ TGT static inline __attribute__((always_inline)) int dot_products(const uint16_t
     if (xt != xd) free(xt);
     return failed;
 }
-TGT static int dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M,
-                          int64_t N, int64_t K, int nthreads) {
-    return dot_products(x, p, 0, bias, out, M, N, K, nthreads, 0);
+TGT static int dot_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, void *out, int64_t M,
+                          int64_t N, int64_t K, int nthreads, const int f32) {
+    return dot_products(x, p, 0, bias, out, M, N, K, nthreads, 0, f32);
 }
 
 /* Tiles: 0-3 results (float32, 16 x 16), 4-5 x (16 rows x 32 inputs), 5-7 weights (16 pairs of inputs x 16 columns).
    Up to 16 rows: one tile of x (its missing rows zeros) against the block's four weight tiles.  More: x in pairs of
    16-row tiles against two weight tiles at a time, so each weight tile loaded from memory serves 32 rows.  The
    blocks are split across threads; each row's sums run in the same order whatever the number of rows (past DOT_ROWS)
-   or threads.  Up to DOT_ROWS: dot_linear. */
-TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N,
-                   int64_t K, int nthreads) {
+   or threads.  Up to DOT_ROWS: dot_linear.  out is bfloat16 [M, N], or float32 with f32 (the sums unrounded). */
+TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, void *out, int64_t M, int64_t N,
+                   int64_t K, int nthreads, int f32) {
     if (K % 32) return 2;
-    if (M <= DOT_ROWS) return dot_linear(x, p, bias, out, M, N, K, nthreads);
+    if (M <= DOT_ROWS) return dot_linear(x, p, bias, out, M, N, K, nthreads, f32);
 #ifndef NO_TILES                            /* (the build without tiles took every row count above) */
     int64_t Np = (N + 15) / 16 * 16, nblocks = (Np + NB - 1) / NB, Mp = M <= 16 ? 16 : (M + 31) / 32 * 32;
     uint16_t *xp = (uint16_t *)x;
@@ -299,7 +305,7 @@ TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, u
                 if (nb > 16) _tile_stored(1, c + 16, NB * 4);
                 if (nb > 32) _tile_stored(2, c + 32, NB * 4);
                 if (nb > 48) _tile_stored(3, c + 48, NB * 4);
-                store_rows(out + n0, N, c, M, min64(nb, N - n0), bias ? bias + n0 : 0, 0);
+                store_rows(OUT_AT(out, n0, f32), N, c, M, min64(nb, N - n0), bias ? bias + n0 : 0, 0, f32);
                 continue;
             }
             for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
@@ -324,8 +330,8 @@ TGT int amx_linear(const uint16_t *x, const uint16_t *p, const uint16_t *bias, u
                     _tile_stored(0, c + j, NB * 4); _tile_stored(2, c + 16 * NB + j, NB * 4);
                     if (two) { _tile_stored(1, c + j + 16, NB * 4); _tile_stored(3, c + 16 * NB + j + 16, NB * 4); }
                 }
-                store_rows(out + m0 * N + n0, N, c, min64(32, M - m0), min64(nb, N - n0), bias ? bias + n0 : 0,
-                           0);
+                store_rows(OUT_AT(out, m0 * N + n0, f32), N, c, min64(32, M - m0), min64(nb, N - n0),
+                           bias ? bias + n0 : 0, 0, f32);
             }
         }
         _tile_release();
@@ -355,12 +361,13 @@ void q8_pack(const int8_t *q, const float *scale, uint8_t *p, int64_t N, int64_t
 }
 
 /* y = x @ (q * scale).T (+ b) in bfloat16 over q8_pack's layout, any number of rows: dot_linear's passes over int8
-   blocks.  1 when out of memory, 2 when K is not a multiple of 32. */
-TGT int q8_linear(const uint16_t *x, const void *packed, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N,
-                  int64_t K, int nthreads) {
+   blocks; float32 out with f32.  1 when out of memory, 2 when K is not a multiple of 32. */
+TGT int q8_linear(const uint16_t *x, const void *packed, const uint16_t *bias, void *out, int64_t M, int64_t N,
+                  int64_t K, int nthreads, int f32) {
     if (K % 32) return 2;
     int64_t Np = (N + 15) / 16 * 16;
-    return dot_products(x, (const char *)packed + 4 * Np, (const float *)packed, bias, out, M, N, K, nthreads, 1);
+    return dot_products(x, (const char *)packed + 4 * Np, (const float *)packed, bias, out, M, N, K, nthreads, 1,
+                        f32);
 }
 
 /* Int4 weights in groups.  Codes q in 0..15 with a scale s and a zero z per group of g inputs and column
@@ -407,8 +414,8 @@ void q4_pack(const uint8_t *q, const float *s, const float *z, uint8_t *p, int64
 
 /* mr rows (pairs of x transposed, ldx words apart; xs: each row's sum over each group, [G][ldx]) against one block */
 TGT static inline __attribute__((always_inline)) void q4_pass(const int32_t *xt, int64_t ldx, const float *xs,
-        int64_t K, int64_t g, const uint8_t *blk, uint16_t *out, int64_t ldo, int64_t ncols, const uint16_t *bias,
-        const int mr) {
+        int64_t K, int64_t g, const uint8_t *blk, void *out, int64_t ldo, int64_t ncols, const uint16_t *bias,
+        const int mr, const int f32) {
     __m512 acc[Q4_ROWS][2];
     float c[Q4_ROWS * NB] __attribute__((aligned(64)));
     const __m512i low = _mm512_set1_epi16(15), one28 = _mm512_set1_epi16(0x4300);
@@ -438,16 +445,17 @@ TGT static inline __attribute__((always_inline)) void q4_pass(const int32_t *xt,
             }
         }
     }
-    store_rows(out, ldo, c, mr, ncols, bias, 0);
+    store_rows(out, ldo, c, mr, ncols, bias, 0, f32);
 }
-#define Q4(n) case n: q4_pass(xt + q * Q4_ROWS * K2, ld, xs + q * Q4_ROWS * G, K, g, blk, out + m * N + n0, N, \
-                              min64(Q4_NB, N - n0), bias ? bias + n0 : 0, n); break;
+#define Q4(n) case n: q4_pass(xt + q * Q4_ROWS * K2, ld, xs + q * Q4_ROWS * G, K, g, blk, \
+                              OUT_AT(out, m * N + n0, f32), N, min64(Q4_NB, N - n0), bias ? bias + n0 : 0, n, f32); \
+                      break;
 
 /* y = x @ w.T (+ b) in bfloat16 over q4_pack's layout, any number of rows; x in panels of Q4_ROWS rows with their
    pairs transposed and each row's group sums beside them, the blocks split across threads.  1 when out of memory,
-   2 when K is not a multiple of g (or g of 16). */
-TGT int q4_linear(const uint16_t *x, const void *packed, const uint16_t *bias, uint16_t *out, int64_t M, int64_t N,
-                  int64_t K, int nthreads) {
+   2 when K is not a multiple of g (or g of 16); float32 out with f32. */
+TGT int q4_linear(const uint16_t *x, const void *packed, const uint16_t *bias, void *out, int64_t M, int64_t N,
+                  int64_t K, int nthreads, int f32) {
     int64_t g;
     memcpy(&g, packed, 8);
     if (g < 16 || g % 16 || K % g) return 2;

@@ -3,7 +3,8 @@
    Computes  every decoder layer in order (RMSNorm, the q/k/v product, Qwen3's q/k norms where the layer has them,
              the rotary embedding, K/V into the pool,
              decode attention, the output product and residual, RMSNorm, gate/up, SiLU-times-up, down, residual),
-             then the final norm and the LM head into logits, in bfloat16 or float32.
+             then the final norm and the LM head into float32 logits, in bfloat16 or float32 (a bfloat16 head
+             writes its float32 sums unrounded).
    Entry     decode_forward (the rows' embeddings given) and decode_rows (token ids, cache rows and contexts given,
              slots and windows read from the slot table; optionally each row's argmax too).
    Build     DECODE_CALL_FLAGS in nanoserve/decode_call.py: -O3 -march=native -fPIC -shared -std=c11
@@ -19,9 +20,9 @@
 #include <string.h>
 
 /* The kernels' signatures with their element pointers as void *: one table holds bfloat16's kernels or float32's,
-   and es says which. */
+   and es says which.  A bfloat16 product's last argument asks for its float32 sums unrounded (the LM head's). */
 typedef int (*linear_fn)(const void *x, const void *w, const void *bias, void *out, int64_t M, int64_t N, int64_t K,
-                         int nthreads);
+                         int nthreads, int f32);
 typedef void (*linear_void_fn)(const void *x, const void *w, const void *bias, void *out, int64_t M, int64_t N,
                                int64_t K, int nthreads);
 typedef void (*norm_fn)(const void *x, int64_t ldx, const void *w, void *out, int64_t rows, int64_t n, float eps);
@@ -74,17 +75,18 @@ static void add_(const kernels *kn, void *x, const void *y, int64_t n) {
     }
     else { float *a = x; const float *b = y; for (int64_t i = 0; i < n; i++) a[i] = a[i] + b[i]; }
 }
+/* f32: a bfloat16 product writes float32 (the float32 kernel always does) */
 static int product(const kernels *kn, const void *x, const void *w, const void *bias, void *out, int64_t M, int64_t N,
-                   int64_t K, int nthreads) {
-    if (kn->linear) return kn->linear(x, w, bias, out, M, N, K, nthreads);
+                   int64_t K, int nthreads, int f32) {
+    if (kn->linear) return kn->linear(x, w, bias, out, M, N, K, nthreads, f32);
     kn->linear_void(x, w, bias, out, M, N, K, nthreads);
     return 0;
 }
 /* a decoder layer's product: the int8 kernel's where the layers are int8 */
 static int layer_product(const kernels *kn, const void *x, const void *w, const void *bias, void *out, int64_t M,
-                         int64_t N, int64_t K, int nthreads) {
-    if (kn->qlinear) return kn->qlinear(x, w, bias, out, M, N, K, nthreads);
-    return product(kn, x, w, bias, out, M, N, K, nthreads);
+                         int64_t N, int64_t K, int nthreads, int f32) {
+    if (kn->qlinear) return kn->qlinear(x, w, bias, out, M, N, K, nthreads, f32);
+    return product(kn, x, w, bias, out, M, N, K, nthreads, f32);
 }
 static int out_of_bounds(const model *m, const int64_t *slot, const int64_t *win, int64_t W, const int64_t *ctx,
                          int64_t R) {
@@ -95,8 +97,8 @@ static int out_of_bounds(const model *m, const int64_t *slot, const int64_t *win
     return 0;
 }
 
-/* h [R, hidden]: the rows' embeddings, overwritten by the residual stream; logits [R, vocab] out, both in the
-   kernels' dtype.  Row r is at position pos[r], its K/V go to pool slot slot[r], and it attends to the first ctx[r]
+/* h [R, hidden]: the rows' embeddings, overwritten by the residual stream, in the kernels' dtype; logits [R, vocab]
+   out, float32.  Row r is at position pos[r], its K/V go to pool slot slot[r], and it attends to the first ctx[r]
    slots of its window win[r * W ...]. Returns 0; 1 out of memory; 3 a position outside the rotary table, 4 a slot
    outside the pool or a context outside the window (both before anything is written). */
 int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *pos, const int64_t *slot,
@@ -113,7 +115,7 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
     for (int64_t l = 0; l < m->layers; l++) {
         const layer *L = m->layer + l;
         kn->norm(h, E, L->input_norm, xn, R, E, m->eps);
-        if ((rc = layer_product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads))) break;
+        if ((rc = layer_product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads, 0))) break;
         /* Qwen3: each q head and each k head normalised in place, a row of D each (the norm reads a row whole
            before it writes it, and writes it where it read it) */
         for (int64_t r = 0; L->q_norm && r < R; r++) {
@@ -131,18 +133,19 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
         rc = kn->attend(q, L->k_pool, L->v_pool, win, W, ctx, 0, 0, att, R, m->heads, m->kv_heads, D, m->scale,
                         nthreads);
         if (rc) break;
-        if ((rc = layer_product(kn, att, L->o, L->o_bias, y, R, E, QS, nthreads))) break;
+        if ((rc = layer_product(kn, att, L->o, L->o_bias, y, R, E, QS, nthreads, 0))) break;
         add_(kn, h, y, R * E);
         kn->norm(h, E, L->post_norm, xn, R, E, m->eps);
-        if ((rc = layer_product(kn, xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads))) break;
+        if ((rc = layer_product(kn, xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads, 0))) break;
         kn->silu_mul(gu, a, R, I);
-        if ((rc = layer_product(kn, a, L->down, L->down_bias, y, R, E, I, nthreads))) break;
+        if ((rc = layer_product(kn, a, L->down, L->down_bias, y, R, E, I, nthreads, 0))) break;
         add_(kn, h, y, R * E);
     }
     if (!rc) {
         kn->norm(h, E, m->final_norm, xn, R, E, m->eps);
-        if (m->head_quant) rc = layer_product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads);
-        else rc = product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads);
+        /* the logits in float32, whatever the dtype: the head's sums are never rounded to bfloat16 */
+        if (m->head_quant) rc = layer_product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads, 1);
+        else rc = product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads, 1);
     }
     free(buf);
     return rc;
@@ -153,9 +156,9 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
    (int32 [table_rows, ld], -1 where nothing is allocated), the window's padding past ctx[r] set to slot 0 (which
    nothing reads); its embedding is row tok[r] of `embed` [embed_rows, hidden] (block 0), or of a tied LM head's packed
    copy (embed_row).  So Python hands over three lists of
-   integers and no tensors of its own.  With `argmax` (the sampler's kernel for the dtype, its address handed in) each
-   row's argmax goes to best[r] too.  Returns decode_forward's codes, and 5 for a token, row or context outside its
-   table (before anything is written). */
+   integers and no tensors of its own.  With `argmax` (the sampler's float32 kernel, its address handed in: the logits
+   are float32 in either dtype) each row's argmax goes to best[r] too.  Returns decode_forward's codes, and 5 for a
+   token, row or context outside its table (before anything is written). */
 /* Row n of a [N, E] matrix into h (E elements of es bytes): from plain rows (block 0), or from the product kernels'
    packed layout: blocks of `block` rows (the last narrower: the rows rounded up to `pad`, less the whole blocks'),
    each [E / p][width][p], p = 2 for bfloat16's pairs and 1 for float32. */
