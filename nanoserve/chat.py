@@ -4,7 +4,7 @@
 
 # %% ../nbs/61_chat.ipynb #05c2a94c
 from __future__ import annotations
-import argparse, json, sys, urllib.error, urllib.request
+import argparse, contextlib, json, signal, sys, threading, urllib.error, urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 from .core import NanoserveError, RequestError
@@ -12,11 +12,12 @@ from .sampling import SamplingParams
 from .protocol import generation_defaults
 
 # %% auto #0
-__all__ = ['COMMANDS', 'SAMPLING_FLAGS', 'ChatSession', 'local_turn', 'api_base', 'served_model', 'remote_turn', 'chat_loop',
-           'add_chat_flags', 'sampling_flags', 'cmd_chat']
+__all__ = ['COMMANDS', 'STOPPED', 'LEAVE_HINT', 'SAMPLING_FLAGS', 'CHAT_DEFAULTS', 'ChatSession', 'deferred_interrupt',
+           'local_turn', 'api_base', 'served_model', 'served_defaults', 'remote_turn', 'quiet_terminal', 'chat_loop',
+           'add_chat_flags', 'sampling_flags', 'chat_overrides', 'cmd_chat']
 
 # %% ../nbs/61_chat.ipynb #f168e7c8
-COMMANDS = {'/reset': 'forget the conversation (the system prompt stays)', '/quit': 'leave (end of input does too)'}
+COMMANDS = {'/reset': 'forget the conversation (the system prompt stays)', '/quit': 'leave (Ctrl-D, end of input, too)'}
 
 @dataclass
 class ChatSession:
@@ -34,22 +35,38 @@ class ChatSession:
     def reset(self): self.turns.clear()
 
 # %% ../nbs/61_chat.ipynb #60db2012
+@contextlib.contextmanager
+def deferred_interrupt():
+    """Within the block, Ctrl-C (SIGINT) sets the event it yields instead of raising KeyboardInterrupt, so the code
+    that checks it can stop at a point of its choosing (a local turn: between two engine steps, never inside one). Off
+    the main thread, where Python runs no signal handler, nothing changes and the event stays clear."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    before = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    try: yield stop
+    finally: signal.signal(signal.SIGINT, before)
+
 def local_turn(engine, messages: list[dict], sampling: dict) -> Iterator[str]:
     """Stream the answer to `messages` on `engine`: new text per step. `sampling`: SamplingParams fields
-    (no max_tokens: the rest of the context)."""
+    (no max_tokens: the rest of the context). Ctrl-C ends it after the step under way: its request is aborted (its KV
+    blocks freed) and KeyboardInterrupt raised."""
     ids, _ = engine.check(messages, SamplingParams(max_tokens=1))   # a prompt longer than the context is refused here
     room, cap = max(1, engine.max_model_len - len(ids)), sampling.get('max_tokens')
     params = SamplingParams(**{**sampling, 'max_tokens': min(room, cap) if cap else room})
     rid = engine.add_checked(*engine.check(ids, params))
     sent, done = 0, False
     try:
-        while not done and engine.has_unfinished():
-            for o in engine.step():
-                if o.request_id != rid: continue
-                if len(o.text) > sent:
-                    yield o.text[sent:]
-                    sent = len(o.text)
-                done = o.finished
+        with deferred_interrupt() as stop:
+            while not done and engine.has_unfinished():
+                for o in engine.step():
+                    if o.request_id != rid: continue
+                    if len(o.text) > sent:
+                        yield o.text[sent:]
+                        sent = len(o.text)
+                    done = o.finished
+                if stop.is_set() and not done: raise KeyboardInterrupt
     finally:
         if not done: engine.abort(rid)
 
@@ -75,6 +92,13 @@ def served_model(url: str, api_key: str | None = None) -> str:
     "The first model the server at `url` lists."
     with _open(api_base(url) + '/models', api_key=api_key) as r: return json.loads(r.read())['data'][0]['id']
 
+def served_defaults(url: str, model: str, api_key: str | None = None) -> dict:
+    """The sampling defaults the server at `url` applies to `model` itself (nanoserve lists them in /v1/models under
+    `request_defaults`; another server: none known)."""
+    with _open(api_base(url) + '/models', api_key=api_key) as r: listed = json.loads(r.read()).get('data', [])
+    entry = next((m for m in listed if m.get('id') == model), {})
+    return (entry.get('request_defaults') or {}).get('sampling') or {}
+
 def remote_turn(url: str, model: str, messages: list[dict], sampling: dict,
                 api_key: str | None = None) -> Iterator[str]:
     """Stream the answer to `messages` from the server at `url`: the content of each event.
@@ -91,17 +115,44 @@ def remote_turn(url: str, model: str, messages: list[dict], sampling: dict,
                 if text := (choice.get('delta') or {}).get('content'): yield text
 
 # %% ../nbs/61_chat.ipynb #e7434e01
+@contextlib.contextmanager
+def quiet_terminal(fd: int | None):
+    """While an answer is written, the terminal `fd` echoes nothing typed (it would land inside the answer) and keeps
+    it through a Ctrl-C (NOFLSH), so a line typed ahead waits whole for the next prompt, where line editing shows it;
+    restored afterwards without discarding input (TCSANOW). Nothing changes for None or a descriptor that is not a
+    terminal."""
+    try: import termios
+    except ImportError: termios = None                      # not a POSIX system: nothing to quiet
+    try: before = termios.tcgetattr(fd) if termios and fd is not None else None
+    except termios.error: before = None                     # not a terminal
+    if before is None:
+        yield
+        return
+    quiet = list(before)
+    quiet[3] = (before[3] & ~termios.ECHO) | termios.NOFLSH          # the local modes
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try: yield
+    finally: termios.tcsetattr(fd, termios.TCSANOW, before)
+
+STOPPED = '(stopped: this question and its answer so far are left out of the conversation)'
+LEAVE_HINT = '(Ctrl-D or /quit leaves)'
+
 def chat_loop(turn: Callable[[list[dict]], Iterator[str]], session: ChatSession, read: Callable[[str], str] = input,
-              out=None, prompt: str = '> ') -> int:
-    """Read lines until /quit or end of input; answer each through `turn(messages)`, streaming to `out`.
-    Returns the exit status."""
+              out=None, prompt: str = '> ', terminal: int | None = None) -> int:
+    """Read lines until /quit or end of input (Ctrl-D); answer each through `turn(messages)`, streaming to `out`.
+    Ctrl-C during an answer stops it and drops the turn. At the prompt it clears the line where `terminal` (the
+    input's terminal, a file descriptor; `quiet_terminal` holds typed-ahead input for it) is given, and leaves where it
+    is not. Returns the exit status."""
     out = out or sys.stdout
     while True:
         try: line = read(prompt)
         except EOFError: break
         except KeyboardInterrupt:
             out.write('\n')
-            break
+            if terminal is None: break
+            out.write(LEAVE_HINT + '\n')
+            out.flush()
+            continue
         text = line.strip()
         if not text: continue
         if text in ('/quit', '/exit'): break
@@ -116,12 +167,14 @@ def chat_loop(turn: Callable[[list[dict]], Iterator[str]], session: ChatSession,
             continue
         answer = ''
         try:
-            for piece in turn(session.messages(line)):
-                out.write(piece)
-                out.flush()
-                answer += piece
+            with quiet_terminal(terminal):
+                for piece in turn(session.messages(line)):
+                    out.write(piece)
+                    out.flush()
+                    answer += piece
         except KeyboardInterrupt:
-            out.write('\n(interrupted)\n')
+            out.write(f'\n{STOPPED}\n')
+            out.flush()
             continue
         except NanoserveError as e:
             out.write(f"{'' if not answer else chr(10)}error: {e}\n")
@@ -133,7 +186,11 @@ def chat_loop(turn: Callable[[list[dict]], Iterator[str]], session: ChatSession,
     return 0
 
 # %% ../nbs/61_chat.ipynb #ae5c669a
-SAMPLING_FLAGS = ('max_tokens', 'temperature', 'top_k', 'top_p', 'seed')
+SAMPLING_FLAGS = ('max_tokens', 'temperature', 'top_k', 'top_p', 'seed', 'repetition_penalty', 'frequency_penalty',
+                  'presence_penalty')
+# the REPL's own sampling, under the model's defaults (its generation_config.json, or the server's) and the user's
+# flags: it keeps a small model out of loops (measured below); the API keeps OpenAI's and vLLM's defaults
+CHAT_DEFAULTS = {'repetition_penalty': 1.1}
 
 def add_chat_flags(p: argparse.ArgumentParser, default_model: str):
     "The flags of `nanoserve chat`."
@@ -154,6 +211,14 @@ def add_chat_flags(p: argparse.ArgumentParser, default_model: str):
     p.add_argument('--top-p', type=float, default=None,
                    help="default: the model's generation_config.json, else 1.0 (off)")
     p.add_argument('--seed', type=int, default=None, help="seed of each answer's sampler")
+    p.add_argument('--repetition-penalty', type=float, default=None,
+                   help="penalise tokens already in the conversation or the answer (1 = off; default: the model's "
+                   f"generation_config.json, else {CHAT_DEFAULTS['repetition_penalty']}, which keeps small models out "
+                   "of loops)")
+    p.add_argument('--frequency-penalty', type=float, default=None,
+                   help="penalise an answer's tokens by how often it has used them (-2 to 2; default 0)")
+    p.add_argument('--presence-penalty', type=float, default=None,
+                   help="penalise an answer's tokens once it has used them (-2 to 2; default 0)")
     p.add_argument('--generation-config', default='auto', metavar='auto|none|DIR',
                    help="offline: default sampling from the model's generation_config.json (auto), the API's (none), "
                    "or DIR's file")
@@ -163,30 +228,42 @@ def sampling_flags(args) -> dict:
     "The sampling fields the user gave on the command line."
     return {k: getattr(args, k) for k in SAMPLING_FLAGS if getattr(args, k) is not None}
 
+def chat_overrides(model_defaults: dict, mine: dict) -> dict:
+    """What a turn sets on top of the model's sampling defaults (its generation_config.json offline, what the server
+    applies itself with `--url`): the REPL's own (`CHAT_DEFAULTS`) where the model sets none, then the user's flags."""
+    return {**{k: v for k, v in CHAT_DEFAULTS.items() if k not in model_defaults}, **mine}
+
 # %% ../nbs/61_chat.ipynb #79c1360e
 def cmd_chat(args) -> int:
     "The `nanoserve chat` command."
     import os
     mine, session = sampling_flags(args), ChatSession(args.system)
     interactive = sys.stdin.isatty()
+    # line editing, which also redraws at the prompt a line typed during an answer
+    if interactive: import readline  # noqa: F401
     read = input if interactive else (lambda prompt: (sys.stdin.readline() or _eof()).rstrip('\n'))
     say = lambda m: print(m, file=sys.stderr, flush=True)
+    loop = lambda turn: chat_loop(turn, session, read, prompt='> ' if interactive else '',
+                                  terminal=sys.stdin.fileno() if interactive else None)
+    keys = f"{', '.join(COMMANDS)}; Ctrl-C stops an answer"
     if args.url:
         key = args.api_key or os.environ.get('OPENAI_API_KEY')
         model = args.model or served_model(args.url, key)
-        say(f"chatting with {model} at {api_base(args.url)}; {', '.join(COMMANDS)}")
-        return chat_loop(lambda m: remote_turn(args.url, model, m, mine, key), session, read,
-                         prompt='> ' if interactive else '')
+        send = chat_overrides(served_defaults(args.url, model, key), mine)
+        shown = send or "the server's defaults"
+        say(f"chatting with {model} at {api_base(args.url)} ({shown}); {keys}")
+        return loop(lambda m: remote_turn(args.url, model, m, send, key))
     from nanoserve.pull import DEFAULT_MODEL, model_name
     from nanoserve.engine import model_dir
     from nanoserve.launch import build_engine, config_from_args
     config = config_from_args(args)
     path = model_dir(args.model or DEFAULT_MODEL, config, say)
-    # the user's flags win over the model's file
-    sampling = {**generation_defaults(args.generation_config, path), **mine}
+    # the model's file, the REPL's own defaults where it sets none, the user's flags over both
+    defaults = generation_defaults(args.generation_config, path)
+    sampling = {**defaults, **chat_overrides(defaults, mine)}
     engine = build_engine(path, config)
-    say(f"chatting with {model_name(args.model, path)} offline ({sampling or 'API defaults'}); {', '.join(COMMANDS)}")
-    try: return chat_loop(lambda m: local_turn(engine, m, sampling), session, read, prompt='> ' if interactive else '')
+    say(f"chatting with {model_name(args.model, path)} offline ({sampling or 'API defaults'}); {keys}")
+    try: return loop(lambda m: local_turn(engine, m, sampling))
     finally: engine.close()
 
 def _eof(): raise EOFError
