@@ -28,17 +28,17 @@ from nanoserve.pull import resolve_model
 
 # (a statement of the loop, exactly as in Day 13's source, and the operator whose time ends there)
 STAMPS = (('kn->norm(h, E, L->input_norm, xn, R, E, m->eps);', 'input norm'),
-          ('if ((rc = product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads))) break;', 'qkv product'),
+          ('if ((rc = layer_product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads, 0))) break;', 'qkv product'),
           ('{ rc = 3; break; }', 'rotary'),
-          ('m->scale, nthreads))) break;', 'K/V write + attention'),
-          ('if ((rc = product(kn, att, L->o, L->o_bias, y, R, E, QS, nthreads))) break;', 'o product'),
+          ('                        nthreads);\n        if (rc) break;', 'K/V write + attention'),
+          ('if ((rc = layer_product(kn, att, L->o, L->o_bias, y, R, E, QS, nthreads, 0))) break;', 'o product'),
           ('kn->norm(h, E, L->post_norm, xn, R, E, m->eps);', 'residual + post norm'),
-          ('if ((rc = product(kn, xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads))) break;', 'gate_up product'),
+          ('if ((rc = layer_product(kn, xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads, 0))) break;', 'gate_up product'),
           ('kn->silu_mul(gu, a, R, I);', 'SiLU x up'),
-          ('if ((rc = product(kn, a, L->down, L->down_bias, y, R, E, I, nthreads))) break;', 'down product'),
+          ('if ((rc = layer_product(kn, a, L->down, L->down_bias, y, R, E, I, nthreads, 0))) break;', 'down product'),
           ('add_(kn, h, y, R * E);\n    }', 'residual'),
           ('kn->norm(h, E, m->final_norm, xn, R, E, m->eps);', 'final norm'),
-          ('rc = product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads);', 'LM head'))
+          ('else rc = product(kn, xn, m->lm_head, m->lm_head_bias, logits, R, m->vocab, E, nthreads, 1);', 'LM head'))
 OPERATORS = [op for _, op in STAMPS]
 
 def stamped_source() -> str:

@@ -268,7 +268,7 @@ def _owned(logits: torch.Tensor) -> torch.Tensor: return logits if logits.device
 @patch
 def run(self: CapturedDecode, rows: list[int], tokens: list[int], context_lens: list[int],
         argmax: bool = False) -> torch.Tensor:
-    """Logits [len(rows), vocab] (float32; the model's dtype from the decode call) of one pure-decode step, on the
+    """Float32 logits [len(rows), vocab] of one pure-decode step, on the
     model's device and the caller's own: on a card a copy (the next replay overwrites a recording's output), on the CPU
     the tensor itself. With `argmax`, the decode call also sets `best`, each row's argmax (-1 for a row holding a
     NaN)."""

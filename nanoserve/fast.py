@@ -50,8 +50,12 @@ def _product(x, weight, bias, amx, packed, f32, invariant=False, wide=False):
     rows, out = x.shape[0], weight.shape[0]
     if rows and amx is not None and x.dtype == torch.bfloat16: return amx_product(x, amx, bias, out, invariant, wide)
     if rows and f32 is not None and x.dtype == torch.float32: return f32_product(x, f32, bias, out)
-    # no kernel here writes a narrower dtype's float32 sums: the head's weight widened, a block of rows at a time
-    if wide and x.dtype != torch.float32: return wide_linear(x, weight, bias)
+    # no kernel here writes a narrower dtype's float32 sums: one CPU row through the compiled GEMV's (it widens as it
+    # reads), more through the weight widened a block of rows at a time
+    if wide and x.dtype != torch.float32:
+        if rows != 1 or x.device.type != 'cpu': return wide_linear(x, weight, bias)
+        y = one_row_product(x, weight, True)
+        return y if bias is None else y + bias.float()
     if rows and packed is not None:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, 'none', [], '')
     return F.linear(x, weight, bias)
@@ -411,9 +415,12 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
                 a = layer.self_attn
                 if a.q_norm is not None: a.q_norm, a.k_norm = FastRMSNorm.of(a.q_norm), FastRMSNorm.of(a.k_norm)
             model.model.norm, model.rotary = FastRMSNorm.of(model.model.norm), FastRotary.of(model.rotary)
-    if one_row and model.device.type == 'cpu' and not packed:
-        # compile now, not in the first request
-        one_row_product(torch.zeros(1, 8, dtype=model.dtype), torch.zeros(2, 8, dtype=model.dtype))
+    if one_row and model.device.type == 'cpu':
+        # compile now, not in the first request: the GEMV where a product was left unpacked, and the head's (its float32
+        # sums) where no kernel of nanoserve's own takes a narrower head
+        narrow_head = model.dtype != torch.float32 and getattr(model.lm_head, 'amx', None) is None
+        for wide in [False] * (not packed) + [True] * narrow_head:
+            one_row_product(torch.zeros(1, 8, dtype=model.dtype), torch.zeros(2, 8, dtype=model.dtype), wide)
     model.fast = want
     return model
 

@@ -17,7 +17,7 @@ from .weights import load_weights
 
 # %% auto #0
 __all__ = ['WIDE_ROWS_BYTES', 'QUANTIZED_PROJECTIONS', 'AttentionBackend', 'sdpa_reference', 'DenseKV', 'DenseStep', 'Attention',
-           'DecoderLayer', 'wide_linear', 'head_logits', 'DecoderStack', 'CausalLM', 'load_model']
+           'DecoderLayer', 'mm_writes_float32', 'wide_linear', 'head_logits', 'DecoderStack', 'CausalLM', 'load_model']
 
 # %% ../nbs/05_model.ipynb #f71a9e3a
 class AttentionBackend(ABC):
@@ -113,14 +113,29 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 # %% ../nbs/05_model.ipynb #577c3b3b
-# bytes of float32 weight rows widened at a time by `wide_linear`
-WIDE_ROWS_BYTES = 32 << 20
+# bytes of float32 weight rows widened at a time by `wide_linear` (4 MB: faster than 1 or 32 at 1 and 32 rows)
+WIDE_ROWS_BYTES = 4 << 20
+# device type -> whether torch's matrix product there writes float32 sums from narrower inputs (`torch.mm`'s out_dtype:
+# cuBLAS's, on a card; the CPU build has none), found by trying it once
+_MM_WIDE: dict[str, bool] = {}
+
+def mm_writes_float32(device: torch.device) -> bool:
+    "Whether `torch.mm(a, b, out_dtype=torch.float32)` runs on `device` for bfloat16 inputs (tried once a device type)."
+    if device.type not in _MM_WIDE:
+        a = torch.ones(2, 32, dtype=torch.bfloat16, device=device)
+        try: _MM_WIDE[device.type] = torch.mm(a, a.t(), out_dtype=torch.float32).dtype == torch.float32
+        except (RuntimeError, TypeError, NotImplementedError): _MM_WIDE[device.type] = False
+    return _MM_WIDE[device.type]
 
 def wide_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [rows, in] @ w [out, in].T (+ bias) in float32 whatever their dtype: both widened (w a block of rows at a time,
-    so no float32 copy of the whole weight is made) and the float32 sums returned as they are, never rounded to the
-    narrower dtype. The LM head's reference, and its product where no kernel writes float32 sums."""
+    """x [rows, in] @ w [out, in].T (+ bias) in float32 whatever their dtype, the float32 sums returned as they are,
+    never rounded to the narrower dtype: through the device's own product where it writes float32 (a card's), else
+    both widened (w a block of rows at a time, so no float32 copy of the whole weight is made). The LM head's
+    reference, and its product where no kernel of nanoserve's writes float32 sums."""
     if x.dtype == w.dtype == torch.float32: return F.linear(x, w, bias)
+    if x.dtype == w.dtype and x.device.type != 'cpu' and mm_writes_float32(x.device):
+        out = torch.mm(x, w.t(), out_dtype=torch.float32)
+        return out if bias is None else out + bias.float()
     x, step = x.float(), max(1, WIDE_ROWS_BYTES // (4 * w.shape[1]))
     out = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
     for i in range(0, w.shape[0], step): out[:, i:i + step] = F.linear(x, w[i:i + step].float())

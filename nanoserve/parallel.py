@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from .core import NanoserveError, ConfigError, parse_dtype, DeviceDiscipline, HOST
 from .config import ModelConfig
-from .model import CausalLM
+from .model import CausalLM, head_logits
 from .weights import load_weights, weight_bytes
 from .fast import speed_up
 from .kvcache import KVCache, KVPoolPlan
@@ -133,7 +133,7 @@ class GatherVocab(nn.Module):
     @property
     def weight(self) -> torch.Tensor: return self.head.weight       # CausalLM reads its dtype and device here
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        part = self.head(hidden).float().contiguous()                # [rows, vocab / world]
+        part = head_logits(self.head, hidden).contiguous()           # [rows, vocab / world], float32 sums
         parts = [torch.empty_like(part) for _ in range(self.tp.world)]
         dist.all_gather(parts, part, group=self.tp.step)
         return torch.cat(parts, -1)[:, :self.vocab_size]             # the last rank's padding rows dropped

@@ -205,8 +205,8 @@ def plain_greedy(params: SamplingParams, output_ids: list[int], stop_ids: set[in
 
 def sample(logits: torch.Tensor, requests: list, stop_ids: list[set[int]], raw: torch.Tensor | None = None,
            best: list[int] | None = None) -> list[tuple[int, dict | None]]:
-    """One (token, logprobs or None) per row of `logits` [rows, vocab] (float32, or bfloat16 from the decode call:
-    each use widens it), row i drawn for `requests[i]`; logprobs from `raw` when given (the model's own logits,
+    """One (token, logprobs or None) per row of `logits` [rows, vocab] (float32; bfloat16 rows are widened where used),
+    row i drawn for `requests[i]`; logprobs from `raw` when given (the model's own logits,
     before a grammar's mask). `best`: the rows' argmaxes as the C kernel gives them, already computed (the decode call
     computes them beside the logits), else computed here."""
     plain = [plain_greedy(req.params, req.output_token_ids, stops) for req, stops in zip(requests, stop_ids)]
