@@ -134,7 +134,7 @@ def sentence(results: Path = RESULTS) -> str:
     machine = bare['machine'].split(', x86_64')[0]
     text = (f'Asked as "Answer in one sentence." with these defaults, this 135M model (4-bit weights from its GGUF) names '
             f"Paris in {one['paris']} of {one['seeds']} seeds; asked the bare question, in {bare['paris']} of "
-            f"{bare['seeds']}, and {bare['length']} of those answers loop until they are cut off at "
+            f"{bare['seeds']}, and {bare['length']} of those {bare['seeds']} answers loop until they are cut off at "
             f"{bare['max_tokens']} tokens. `nanoserve chat` adds sampling defaults of its own against such loops "
             f"({repl_variant().replace('+', ', ')}): with them the bare question names Paris in {repl['paris']} of "
             f"{repl['seeds']} seeds and loops in {repl['length']}. Measured by `python bench/first_answer.py` "

@@ -92,12 +92,13 @@ def served_model(url: str, api_key: str | None = None) -> str:
     "The first model the server at `url` lists."
     with _open(api_base(url) + '/models', api_key=api_key) as r: return json.loads(r.read())['data'][0]['id']
 
-def served_defaults(url: str, model: str, api_key: str | None = None) -> dict:
-    """The sampling defaults the server at `url` applies to `model` itself (nanoserve lists them in /v1/models under
-    `request_defaults`; another server: none known)."""
+def served_defaults(url: str, model: str, api_key: str | None = None) -> dict | None:
+    """The sampling defaults the server at `url` applies to `model` itself, as nanoserve lists them in /v1/models
+    (`request_defaults`); None for a server that lists none (another server, whose fields may differ)."""
     with _open(api_base(url) + '/models', api_key=api_key) as r: listed = json.loads(r.read()).get('data', [])
     entry = next((m for m in listed if m.get('id') == model), {})
-    return (entry.get('request_defaults') or {}).get('sampling') or {}
+    if 'request_defaults' not in entry: return None
+    return (entry['request_defaults'] or {}).get('sampling') or {}
 
 def remote_turn(url: str, model: str, messages: list[dict], sampling: dict,
                 api_key: str | None = None) -> Iterator[str]:
@@ -130,9 +131,11 @@ def quiet_terminal(fd: int | None):
         return
     quiet = list(before)
     quiet[3] = (before[3] & ~termios.ECHO) | termios.NOFLSH          # the local modes
-    termios.tcsetattr(fd, termios.TCSANOW, quiet)
-    try: yield
-    finally: termios.tcsetattr(fd, termios.TCSANOW, before)
+    try:
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+        yield
+    finally:
+        with contextlib.suppress(termios.error): termios.tcsetattr(fd, termios.TCSANOW, before)   # (a hung-up terminal)
 
 STOPPED = '(stopped: this question and its answer so far are left out of the conversation)'
 LEAVE_HINT = '(Ctrl-D or /quit leaves)'
@@ -239,8 +242,9 @@ def cmd_chat(args) -> int:
     import os
     mine, session = sampling_flags(args), ChatSession(args.system)
     interactive = sys.stdin.isatty()
-    # line editing, which also redraws at the prompt a line typed during an answer
-    if interactive: import readline  # noqa: F401
+    if interactive:
+        # line editing, which also redraws at the prompt a line typed during an answer (where Python has it)
+        with contextlib.suppress(ImportError): import readline  # noqa: F401
     read = input if interactive else (lambda prompt: (sys.stdin.readline() or _eof()).rstrip('\n'))
     say = lambda m: print(m, file=sys.stderr, flush=True)
     loop = lambda turn: chat_loop(turn, session, read, prompt='> ' if interactive else '',
@@ -249,7 +253,10 @@ def cmd_chat(args) -> int:
     if args.url:
         key = args.api_key or os.environ.get('OPENAI_API_KEY')
         model = args.model or served_model(args.url, key)
-        send = chat_overrides(served_defaults(args.url, model, key), mine)
+        # the REPL's own defaults to a server that lists its own (nanoserve); to another, only the user's flags (a
+        # field it does not know could be refused)
+        listed = served_defaults(args.url, model, key)
+        send = mine if listed is None else chat_overrides(listed, mine)
         shown = send or "the server's defaults"
         say(f"chatting with {model} at {api_base(args.url)} ({shown}); {keys}")
         return loop(lambda m: remote_turn(args.url, model, m, send, key))

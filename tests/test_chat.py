@@ -166,11 +166,11 @@ def test_ctrl_c_with_url_closes_the_stream_and_the_server_aborts(long_model):
             stop_an_answer(t, b'hello')
             t.read_until(b'> ', t.seen.rfind(STOPPED.encode()))
             # synchronised on the server's own counters: the abort reaches its engine once the closed stream is noticed (the
-            # deadline only bounds a failure)
+            # deadline only bounds a failure; a reading may fall between the engine's abort and its count)
             deadline = time.monotonic() + 120
-            while (s := health_stats(url))['num_aborted'] < 1:
-                assert s['num_running'] == 1 and time.monotonic() < deadline, s
-            assert s['num_running'] == 0 and s['num_waiting'] == 0, s
+            while (s := health_stats(url))['num_aborted'] < 1 or s['num_running']:
+                assert s['num_running'] <= 1 and s['num_aborted'] <= 1 and time.monotonic() < deadline, s
+            assert s['num_waiting'] == 0 and s['num_aborted'] == 1, s
             t.write(b'/quit\n')
             t.read_until(b'\x00')
         assert t.close() == 0
