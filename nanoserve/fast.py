@@ -8,7 +8,7 @@ import ctypes, functools
 import torch
 import torch.nn.functional as F
 from torch import nn
-from .model import CausalLM, Attention, AttentionBackend, wide_linear
+from .model import CausalLM, Attention, AttentionBackend, wide_linear, mm_writes_float32
 from .layers import MLP, RotaryEmbedding
 from .core import c_library, cpu_flags, kernel_source, named_in_profile
 from .elementwise import FastRMSNorm, FastRotary, silu_mul, silu_mul_op, small_ops_take
@@ -415,6 +415,8 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
                 a = layer.self_attn
                 if a.q_norm is not None: a.q_norm, a.k_norm = FastRMSNorm.of(a.q_norm), FastRMSNorm.of(a.k_norm)
             model.model.norm, model.rotary = FastRMSNorm.of(model.model.norm), FastRotary.of(model.rotary)
+    # a card's float32-output product for the head, tried now: never first inside a recording of the decode step
+    if model.device.type == 'cuda': mm_writes_float32(model.device)
     if one_row and model.device.type == 'cpu':
         # compile now, not in the first request: the GEMV where a product was left unpacked, and the head's (its float32
         # sums) where no kernel of nanoserve's own takes a narrower head

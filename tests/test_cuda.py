@@ -51,3 +51,16 @@ def test_server_on_cuda(peaky):
     assert all(f in ('length', 'stop') for f in finished), finished
     assert health['device'].startswith('cuda') and health['stats']['num_device_checks'] > 0
     assert health['cuda_graphs']['runtime']['replays'] > 0
+
+def test_the_heads_logits_are_float32_sums_on_the_card():
+    """A bfloat16 head on the card writes float32 sums (`wide_linear`: cuBLAS's float32 output where torch has it, else the
+    weight widened), within float32's error of float64, far inside bfloat16's step."""
+    from nanoserve.model import wide_linear, mm_writes_float32
+    g = torch.Generator(device='cuda').manual_seed(0)
+    x = torch.randn(4, 576, device='cuda', generator=g).bfloat16()
+    w = torch.randn(1000, 576, device='cuda', generator=g).bfloat16()
+    y, exact = wide_linear(x, w), x.double() @ w.double().T
+    scale = x.double().abs() @ w.double().abs().T
+    print(f"the card's float32-output product: {'used' if mm_writes_float32(x.device) else 'absent: widened'}")
+    assert y.dtype == torch.float32 and ((y.double() - exact).abs() <= scale * 2 ** -16).all()
+    assert (y != y.bfloat16().float()).float().mean() > 0.9
