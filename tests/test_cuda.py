@@ -64,3 +64,16 @@ def test_the_heads_logits_are_float32_sums_on_the_card():
     print(f"the card's float32-output product: {'used' if mm_writes_float32(x.device) else 'absent: widened'}")
     assert y.dtype == torch.float32 and ((y.double() - exact).abs() <= scale * 2 ** -16).all()
     assert (y != y.bfloat16().float()).float().mean() > 0.9
+
+def test_float32_on_the_card_equals_the_cpu_at_every_position(peaky):
+    """A 400-token prompt's last 16 positions, teacher-forced, in float32 on the card and on the CPU (each with its own
+    attention and products): the same top logprobs to float32's rounding."""
+    from nanoserve.engine import Engine
+    from forcing import forced_logprobs
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 300, (400,), generator=g).tolist()
+    cpu = Engine.build(str(peaky), dtype='float32', max_model_len=512)
+    card = build_engine(str(peaky), EngineConfig(**CUDA | dict(dtype='float32', max_model_len=512)), batch=PersistentBatch)
+    a, b = (forced_logprobs(e, [ids[:-16]], [ids[-16:]])[0] for e in (cpu, card))
+    assert len(a) == len(b) == 16
+    assert max(abs(x[t] - y[t]) for x, y in zip(a, b) for t in x.keys() & y.keys()) < 1e-3

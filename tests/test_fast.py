@@ -10,6 +10,7 @@ from nanoserve.model import load_model, DenseKV
 from nanoserve.fast import speed_up, FastLinear, FusedAttention, amx_kernel
 from nanoserve.elementwise import FastRMSNorm, elementwise_kernel
 from nanoserve.sampling import SamplingParams
+from forcing import forced_logprobs
 
 NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
 PROMPTS = ['The capital of France is', 'def fibonacci(n):', 'Once upon a time, in a small village,', 'The three primary colors are']
@@ -32,33 +33,6 @@ def assert_same_greedy(ref, other, params, n):
 TIE = 0.25    # nats: two tokens this close are a tie that the last bits of bfloat16's layers decide
 
 FORCED = 64   # positions a prompt compared by teacher forcing
-
-def forced_logprobs(engine, prompts, forced: list[list[int]], together: bool = True) -> list[list[dict]]:
-    """Teacher forcing through `engine` as it runs: its scheduler, runner, kernels and decode call compute every step as
-    they would, and only the token a step appends is replaced by the forced one, so engines that round apart still see
-    the same sequence. Each prompt's top-5 logprobs ({token: logprob}) at each of its forced positions, the prompts run
-    as one batch or (`together=False`) each alone."""
-    real, by_rid = engine.runner.execute, {}
-    def execute(out):
-        got = real(out)
-        assert not got.extra, 'teacher forcing takes no proposals'
-        for i, rid in enumerate(got.req_ids):
-            got.token_ids[i] = by_rid[rid][len(engine.scheduler.requests[rid].output_token_ids)]
-        return got
-    engine.runner.execute = execute
-    params = SamplingParams(temperature=0, max_tokens=len(forced[0]), ignore_eos=True, logprobs=5)
-    try:
-        def run(batch):
-            rids = [engine.add_request(prompts[i], params) for i in batch]
-            by_rid.update(zip(rids, (forced[i] for i in batch)))
-            done = {}
-            while len(done) < len(rids):
-                done.update((o.request_id, o) for o in engine.step() if o.finished)
-            assert [done[r].token_ids for r in rids] == [forced[i] for i in batch]       # the forcing took
-            return [done[r].logprobs for r in rids]
-        if together: return run(range(len(prompts)))
-        return [run([i])[0] for i in range(len(prompts))]
-    finally: engine.runner.execute = real
 
 def gaps(a: list[list[dict]], b: list[list[dict]]) -> list[float]:
     "At every position of every prompt, the largest gap between two runs' logprobs of the tokens both list."
