@@ -225,7 +225,7 @@ def add_chat_flags(p: argparse.ArgumentParser, default_model: str):
     p.add_argument('--generation-config', default='auto', metavar='auto|none|DIR',
                    help="offline: default sampling from the model's generation_config.json (auto), the API's (none), "
                    "or DIR's file")
-    add_engine_flags(p)
+    add_engine_flags(p, skip=('seed',))                 # its own --seed is each answer's
 
 def sampling_flags(args) -> dict:
     "The sampling fields the user gave on the command line."

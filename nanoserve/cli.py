@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument('--seed', type=int, default=None, help='seed of each request\'s sampler')
     g.add_argument('--json', action='store_true',
                    help='print one JSON object per prompt: text, token_ids, finish_reason')
-    add_engine_flags(g)
+    add_engine_flags(g, skip=('seed',))                 # its own --seed is each request's
     sv = sub.add_parser('serve', help='serve a model with an OpenAI-compatible HTTP API')
     sv.add_argument('--model', default=DEFAULT_MODEL, help=MODEL_HELP)
     sv.add_argument('--served-model-name', default=None,
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every engine this many times, in turn (a noisy machine's drift falls on all alike); "
                    "the table gives each one's fastest and median run")
     o.add_argument('--csv', default='bench/results/offline.csv', help='where to write the results')
-    add_engine_flags(o, skip=('dtype',))
+    add_engine_flags(o, skip=('dtype', 'seed'))          # its --seed is the workload's
     from nanoserve.servebench import add_serve_flags, add_compare_flags
     add_serve_flags(bsub.add_parser('serve',
                                     help='a plan against a live server: a crowd and open loop at --rates; CSV, PNG, '

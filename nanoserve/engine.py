@@ -5,7 +5,7 @@
 # %% ../nbs/20_engine.ipynb #b9fcc0b8
 from __future__ import annotations
 from fastcore.basics import patch
-import contextlib, itertools, threading
+import contextlib, hashlib, itertools, threading
 from functools import partial
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +33,7 @@ from .pull import resolve_model
 __all__ = ['QUANTIZATIONS', 'PREFILL_BUDGET', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'EngineConfig',
            'RequestOutput', 'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts', 'model_dir',
            'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'make_proposer', 'Engine',
-           'EngineSnapshot']
+           'unseeded_seed', 'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
@@ -74,6 +74,9 @@ class EngineConfig:
                                          "token's attention through the decode kernel; default: on where those "
                                          "kernels run here (the CPU), else off; --no-batch-invariant: oneDNN's "
                                          "products past 32 rows and the prefill kernel's attention")
+    seed: int | None = _flag(0, "the seed of requests that give none, as vLLM's --seed: the n-th of them samples with "
+                             "a seed drawn from this and n, so the same requests in the same order get the same "
+                             "answers on every run (a request's own seed wins; generate's and chat's --seed is that)")
     check_invariants: bool = _flag(False, 'check the KV pool bookkeeping after every step (slow; for debugging)')
     check_devices: bool = _flag(False, "refuse, while the engine steps or warms, a tensor nanoserve's code makes "
                                 "without naming its device (slow; for debugging: what would land on the host on a GPU "
@@ -471,6 +474,7 @@ class Engine:
         self.detok: dict[str, IncrementalDetokenizer] = {}
         self.texts: dict[str, str] = {}
         self._ids = itertools.count()
+        self._unseeded = itertools.count()        # requests that gave no seed, in arrival order
         self.num_steps = 0
         self.num_device_checks = 0     # tensor factories the device discipline saw name their device (check_devices)
         # steps counted by how many requests each ran together (a load generator's evidence of batching)
@@ -552,13 +556,19 @@ def check(self: Engine, prompt, params: SamplingParams | None) -> tuple[list[int
     if params.structured is not None: self.grammars.check(params.structured)
     return ids, params
 
+def unseeded_seed(seed: int | None, n: int) -> int | None:
+    "The seed of the n-th request that gave none: drawn from the engine's `seed` and n (None: the OS's entropy)."
+    if seed is None: return None
+    return int.from_bytes(hashlib.sha256(f'{seed}:{n}'.encode()).digest()[:8], 'little') >> 1
+
 @patch
 def add_checked(self: Engine, ids, params, request_id=None) -> str:
     "Queue a request `check` accepted; return its id."
     rid = request_id if request_id is not None else f"req-{next(self._ids)}"
     if rid in self.scheduler.requests: raise RequestError(f"request id {rid!r} is already in use")
     matcher = None if params.structured is None else self.grammars.matcher(params.structured)
-    self.scheduler.add(Request(rid, ids, params, make_generator(params.seed), matcher=matcher))
+    seed = params.seed if params.seed is not None else unseeded_seed(self.config.seed, next(self._unseeded))
+    self.scheduler.add(Request(rid, ids, params, make_generator(seed), matcher=matcher))
     self.detok[rid], self.texts[rid] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), ''
     return rid
 
