@@ -50,9 +50,10 @@ check-export: export
 	  echo "nbdev_export changed nanoserve/: edit the notebooks, export, and commit both"; \
 	  git status --porcelain -- nanoserve; exit 1; fi
 
-# Two workers on two cores: one thread each (two 2-thread OpenMP pools on two cores spin against each other).
+# Two workers on two cores: one thread each (two 2-thread OpenMP pools on two cores spin against each other). The tests
+# marked `stress` (their outcome depends on the order requests reach a server) run in `make stress` only.
 pytest: install-test
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests nbs
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider -m "not stress" tests nbs
 
 # The house style (CONTRIBUTING.md): the ruff profile in pyproject.toml, on the package and the notebooks.
 lint: install-test
@@ -114,7 +115,8 @@ readme: install-test
 clean:
 	rm -rf $(VENV) _site _proc
 
-# The whole suite three times in a row, each under an extra busy core (CI runs under load: a flaky test is a bug).
+# The whole suite three times in a row, each under an extra busy core (CI runs under load: a flaky test is a bug), the tests
+# marked `stress` included.
 stress: install-test
 	@for i in 1 2 3; do \
 	  ( while :; do :; done ) & busy=$$!; \

@@ -81,5 +81,7 @@ def pytest_terminal_summary(terminalreporter):
                                 f"float32 products on {f32}; {q8}")
 
 def pytest_configure(config):
+    config.addinivalue_line('markers', "stress: depends on the order or timing of arrivals at a server, which no counter "
+                                       "can pin down; run by `make stress`, left out of `make test`")
     config.addinivalue_line('markers', "cuda: needs a CUDA device; skipped elsewhere, run on the lent GPU machine "
                                        "by bench/gpu/run.sh (pytest -m cuda)")

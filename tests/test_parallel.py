@@ -175,7 +175,7 @@ def test_worker_killed_while_idle_turns_health_503(peaky):
 def test_stuck_worker_fails_the_step_after_the_timeout(peaky):
     "A worker that is alive but stopped (SIGSTOP) cannot hang the server: the step fails after NANOSERVE_TP_STEP_TIMEOUT, /health turns 503."
     with spawn_server(peaky, '--dtype', 'float32', '--served-model-name', 'tiny', '--tensor-parallel-size', '2',
-                      env={'NANOSERVE_TP_STEP_TIMEOUT': '5'}) as (url, _):
+                      env={'NANOSERVE_TP_STEP_TIMEOUT': '15'}) as (url, _):
         pid = httpx.get(url + '/health').json()['tensor_parallel']['worker_pids'][0]
         try:
             events = stream_until(url, lambda: os.kill(pid, signal.SIGSTOP))

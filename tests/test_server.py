@@ -1,7 +1,8 @@
 "The server end to end: a real `nanoserve serve` process on 127.0.0.1 and the official openai client."
-import asyncio, sys, time
+import asyncio, json, sys, time
 from pathlib import Path
 import httpx, openai, pytest
+from conftest import make_tiny, TINY
 from nanoserve.engine import Engine
 from nanoserve.loadgen import spawn_server
 from nanoserve.sampling import SamplingParams
@@ -115,14 +116,25 @@ def test_make_serve_brings_up_a_server(tiny):
         r = httpx.get(url + '/health')
         assert r.json()['status'] == 'ok' and r.json()['kv_pool']['num_blocks'] > 0
 
+@pytest.fixture(scope='module')
+def long_context(tmp_path_factory):
+    """A tiny model with a 16,384-token context: a request with no end of sequence runs for thousands of steps, so it is still
+    decoding whatever the machine's speed when the test's other requests have come and gone."""
+    path = make_tiny(tmp_path_factory.mktemp('long_context'), 'llama_tied_gqa')
+    cfg = json.loads((path/'config.json').read_text())
+    (path/'config.json').write_text(json.dumps({**cfg, 'max_position_embeddings': 16384}))
+    assert TINY['eos_token_id'] is None
+    return path
+
 @pytest.mark.parametrize('ratio', ['1', 'inf'])
-def test_waiting_served_ratio_prefills_a_crowd_in_one_step(tiny, ratio):
+def test_waiting_served_ratio_prefills_a_crowd_in_one_step(long_context, ratio):
     """Day 16's --waiting-served-ratio through a real server: a crowd that arrives while one request decodes gets the whole token budget
     (the server counts such steps on /metrics) with a ratio of 1, and never with inf; the crowd's texts are the offline engine's either
-    way, and the pool is whole afterwards."""
-    path = tiny('llama_tied_gqa')
+    way, and the pool is whole afterwards. The decoding request cannot end first: it asks for the rest of a 16,384-token context, and
+    is aborted once the crowd has its answers (its stream has not finished: the server's count of aborts says so)."""
+    path = long_context
     flags = ('--dtype', 'float32', '--max-batch-size', '8', '--served-model-name', 'tiny', '--max-num-batched-tokens', '256',
-             '--max-mixed-batched-tokens', '8', '--waiting-served-ratio', ratio)
+             '--max-mixed-batched-tokens', '8', '--waiting-served-ratio', ratio, '--max-model-len', '16384')
     prompts = [f"hello world {'abc ' * (3 + i)}" for i in range(6)]
     params = [dict(max_tokens=6 + i, seed=i, temperature=0.7) for i in range(6)]
     with spawn_server(path, *flags) as (url, _):
@@ -131,8 +143,8 @@ def test_waiting_served_ratio_prefills_a_crowd_in_one_step(tiny, ratio):
             r = await client.completions.create(model='tiny', prompt=prompts[i], **params[i])
             return r.choices[0].text
         async def main():
-            long = await client.completions.create(model='tiny', prompt='the capital of', max_tokens=480, temperature=0, stream=True,
-                                                   extra_body={'ignore_eos': True})
+            long = await client.completions.create(model='tiny', prompt='the capital of', max_tokens=16000, temperature=0,
+                                                   stream=True, extra_body={'ignore_eos': True})
             it = long.__aiter__(); await it.__anext__()            # its first token is out: it decodes while the crowd arrives
             got = await asyncio.gather(*(one(i) for i in range(6)))
             await long.close()                                     # the long one is aborted, not waited for
@@ -145,6 +157,7 @@ def test_waiting_served_ratio_prefills_a_crowd_in_one_step(tiny, ratio):
         m = httpx.get(url + '/metrics').text
         paused = float(next(l.split()[1] for l in m.splitlines() if l.startswith('nanoserve_paused_steps_total ')))
         assert s['num_paused_steps'] == paused and 'nanoserve_preemptions_total' in m, (paused, s)
+        assert s['num_aborted'] == 1, s                    # the long request was still decoding: the crowd arrived beside it
         assert paused >= 1 if ratio == '1' else paused == 0, (ratio, paused)
     want = Engine.build(path, dtype='float32').generate(prompts, [SamplingParams(**p) for p in params], use_tqdm=False)
     assert got == [w.text for w in want]
