@@ -37,7 +37,7 @@ def test_layers_against_float_reference(rows, group, act):
 
 @pytest.mark.parametrize('mode', ['int8', 'int4'])
 def test_tiny_model_end_to_end(peaky, mode):
-    "A quantized tiny model through the offline engine: batched, chunked prefill, its weights smaller; int8 keeps the peaky model's greedy tokens."
+    "A quantized tiny model through the offline engine: batched, chunked prefill, its weights smaller; both keep the peaky model's greedy tokens."
     prompts, sp = [[5, 6, 7, 8], list(range(40, 100)), [9] * 12], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
     kw = dict(dtype='bfloat16', max_batch_size=4, max_num_batched_tokens=32)
     plain = build_engine(peaky, **kw)
@@ -45,7 +45,7 @@ def test_tiny_model_end_to_end(peaky, mode):
     want, got = [o.token_ids for o in plain.generate(prompts, sp, use_tqdm=False)], [o.token_ids for o in quant.generate(prompts, sp, use_tqdm=False)]
     assert [len(t) for t in got] == [16] * 3 and quant.model.quantization == mode
     assert weight_bytes(quant.model) < weight_bytes(plain.model)
-    if mode == 'int8': assert got == want
+    assert got == want                      # the peaky model's logits are far apart: int8's and int4's rounding flips none
 
 def test_server_reports_quantized_weight_bytes(peaky):
     with spawn_server(peaky, '--dtype', 'bfloat16', '--served-model-name', 'tiny', '--quantization', 'int8') as (url, _):

@@ -37,9 +37,10 @@ def test_greedy_output_unchanged_on_the_default_model(default_engines, kind):
     w = (make_workload(4, (32, 96), 48, plain.model.config.vocab_size, seed=1) if kind == 'random'
          else text_workload(kind, plain.tokenizer, 4, 96, seed=1))
     params = SamplingParams(max_tokens=w.output_len, temperature=0, logprobs=2)
-    before = spec.scheduler.num_accepted_tokens
+    before, proposed = spec.scheduler.num_accepted_tokens, spec.scheduler.num_draft_tokens
     assert outputs(spec, w.prompts, params) == outputs(plain, w.prompts, params)
-    if kind != 'random': assert spec.scheduler.num_accepted_tokens > before       # it did speculate
+    assert spec.scheduler.num_draft_tokens > proposed                              # it did speculate: proposals checked
+    if kind != 'random': assert spec.scheduler.num_accepted_tokens > before       # and kept
 
 
 @pytest.mark.parametrize('extra', [{}, {'repetition_penalty': 1.1, 'presence_penalty': 0.5, 'min_tokens': 20}])
@@ -58,7 +59,7 @@ def test_seeded_sampled_output_unchanged_on_the_default_model(default_engines, e
 def test_one_row_takes_the_decode_call_and_the_layers_agree(default_model):
     "Batch 1 through the decode call (each proposal a row), and through the layers' forward (--no-decode-call)."
     w = text_workload('extractive', build_engine(default_model, dtype='bfloat16').tokenizer, 2, 64)
-    params = SamplingParams(max_tokens=64, temperature=0)
+    params = SamplingParams(max_tokens=64, temperature=0, logprobs=2)
     runs = {}
     for call in (True, False):
         for spec in ('none', 'ngram'):
@@ -67,6 +68,7 @@ def test_one_row_takes_the_decode_call_and_the_layers_agree(default_model):
             runs[call, spec] = outputs(e, w.prompts, params)
             if spec == 'ngram': assert e.scheduler.num_accepted_tokens > 0
     assert runs[True, 'ngram'] == runs[True, 'none'] and runs[False, 'ngram'] == runs[False, 'none']
+    assert runs[True, 'none'] == runs[False, 'none']          # the decode call gives the layers' bits, logprobs too
 
 
 def test_stop_strings_and_max_tokens_inside_accepted_proposals(default_engines):
