@@ -19,8 +19,9 @@ def median(rows: list[dict], key: str) -> float: return statistics.median(float(
 def tok_s(v: float) -> str: return f'{v:,.1f}'
 def ms(v: float) -> str: return f'{v:,.0f}' if v >= 100 else f'{v:.1f}'
 
-def pick(rows: list[dict], **kw) -> list[dict]:
-    got = [r for r in rows if all(r[k] == str(v) for k, v in kw.items())]
+def pick(table: list[dict], **kw) -> list[dict]:
+    "The rows of `table` whose columns have the values `kw` gives."
+    got = [r for r in table if all(r[k] == str(v) for k, v in kw.items())]
     if not got: raise KeyError(f'no rows with {kw}')
     return got
 
@@ -82,6 +83,32 @@ def crowd_budget(path: Path) -> str:
         out.append(f"| {budget} | {values[0]:,.0f} | {' | '.join(ms(v) for v in values[1:])} |")
     return '\n'.join(out)
 
+def batch_invariance(path: Path) -> str:
+    "`bench/batch_invariance.py`: invariant over default, the median of the rounds' paired ratios (and their range)."
+    rows = read(path)
+    arms = list(dict.fromkeys(r['arm'] for r in rows))
+    what = {'batch32': 'offline, 32 requests of 32-256 prompt tokens x 128', 'batch1': 'batch 1 (two requests, one at a time)',
+            'long_prefill': "one 2,000-token prompt's prefill"}
+    out = [f"| invariant / default (median of the paired rounds) | {' | '.join(arms)} |", '|---|' + '---|' * len(arms)]
+    for w in dict.fromkeys(r['workload'] for r in rows):
+        cells = []
+        for arm in arms:
+            got = pick(rows, arm=arm, workload=w)
+            rate = {(r['round'], r['mode']): float(r['rate']) for r in got}
+            ratios = [rate[rd, 'invariant'] / rate[rd, 'default'] for rd in dict.fromkeys(r['round'] for r in got)]
+            cells.append(f'{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})')
+        out.append(f"| {what.get(w, w)} | {' | '.join(cells)} |")
+    return '\n'.join(out)
+
+def quant_speed(path: Path) -> str:
+    "`bench/capture_cpu.py --arms eager,int8,int4`: decode tokens a second, medians of the rounds, against bfloat16's."
+    rows = read(path)
+    out = ['| rows | bfloat16 decode tok/s | int8 | int8 / bfloat16 | int4 | int4 / bfloat16 |', '|---|---|---|---|---|---|']
+    for n in sorted({r['rows'] for r in rows}, key=int):
+        bf, i8, i4 = (median(pick(rows, rows=n, arm=arm), 'decode_tok_s') for arm in ('eager', 'int8', 'int4'))
+        out.append(f'| {n} | {tok_s(bf)} | {tok_s(i8)} | {i8 / bf:.2f}x | {tok_s(i4)} | {i4 / bf:.2f}x |')
+    return '\n'.join(out)
+
 @dataclass(frozen=True)
 class Table:
     name: str                     # the marker's name
@@ -94,7 +121,10 @@ TABLES = [Table('speculative', 'nbs/15_speculative.ipynb', (ZEN5/'speculative.cs
                 speculative_llamacpp),
           Table('speculative_draft', 'nbs/19_draft.ipynb',
                 (ZEN5/'speculative_draft.csv', ZEN5/'speculative_draft_run2.csv'), speculative_draft),
-          Table('crowd_budget', 'nbs/16_scheduler.ipynb', (ZEN5/'crowd_budget.csv',), crowd_budget)]
+          Table('crowd_budget', 'nbs/16_scheduler.ipynb', (ZEN5/'crowd_budget.csv',), crowd_budget),
+          Table('batch_invariance', 'nbs/12_attention.ipynb', (ROOT/'bench'/'results'/'batch_invariance.csv',),
+                batch_invariance),
+          Table('quant_speed', 'nbs/55_quant.ipynb', (ZEN5/'quant_speed.csv',), quant_speed)]
 
 def begin(t: Table) -> str: return f'<!-- table: {t.name} (python bench/notebook_tables.py --write) -->'
 END = '<!-- /table -->'
