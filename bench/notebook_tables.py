@@ -109,6 +109,138 @@ def quant_speed(path: Path) -> str:
         out.append(f'| {n} | {tok_s(bf)} | {tok_s(i8)} | {i8 / bf:.2f}x | {tok_s(i4)} | {i4 / bf:.2f}x |')
     return '\n'.join(out)
 
+# The speed issue's passes: each table reads the run its pass committed under bench/results/archive/ (summary rows the
+# script wrote: medians, or the fastest round where the column says so), the rows the notebook shows
+ARCHIVE = ROOT/'bench'/'results'/'archive'
+
+def row_of(table: list[dict], threads, rows) -> dict:
+    "The one summary row of `table` for (threads, rows)."
+    got = pick(table, threads=threads, rows=rows)
+    if len(got) != 1: raise KeyError(f'{len(got)} rows for {threads} threads, {rows} rows')
+    return got[0]
+
+def f32_linear(path: Path) -> str:
+    "`bench/f32_linear.py`: oneDNN's float32 product against the kernel, medians and fastest rounds."
+    out = ['| threads | rows | oneDNN ms (median, fastest) | kernel ms | x (medians) | kernel GFLOP/s | '
+           "kernel's weights GB/s |", '|---|---|---|---|---|---|---|']
+    for r in read(path):
+        out.append(f"| {r['threads']} | {r['rows']} | {float(r['onednn_ms']):.1f}, {float(r['onednn_best_ms']):.1f} | "
+                   f"{float(r['kernel_ms']):.1f}, {float(r['kernel_best_ms']):.1f} | {float(r['speedup']):.2f} | "
+                   f"{float(r['kernel_gflops']):.0f} | {float(r['kernel_weights_gbs']):.1f} |")
+    return '\n'.join(out)
+
+def f32_linear_avx2(path: Path) -> str:
+    "The same held to AVX2 on both sides."
+    out = ['| threads | rows | oneDNN (AVX2) ms, median (fastest) | kernel (AVX2) ms | x (medians) |', '|---|---|---|---|---|']
+    for r in read(path):
+        out.append(f"| {r['threads']} | {r['rows']} | {float(r['onednn_ms']):.1f} ({float(r['onednn_best_ms']):.1f}) | "
+                   f"{float(r['kernel_ms']):.1f} ({float(r['kernel_best_ms']):.1f}) | {float(r['speedup']):.2f} |")
+    return '\n'.join(out)
+
+def amx_linear(path: Path) -> str:
+    "`bench/amx_linear.py`: oneDNN's packed bfloat16 product against the AMX kernel, fastest rounds."
+    table = read(path)
+    out = ["| threads | rows | oneDNN ms | AMX ms | AMX / oneDNN | AMX's weights GB/s, share of a sum's |",
+           '|---|---|---|---|---|---|']
+    for t, n in ((2, 1), (2, 8), (2, 32), (2, 64), (1, 1), (1, 32)):
+        o, a = (pick(table, threads=t, rows=n, arm=arm)[0] for arm in ('onednn', 'amx'))
+        om, am = float(o['step_ms_min']), float(a['step_ms_min'])
+        out.append(f"| {t} | {n} | {om:.1f} | {am:.1f} | {om / am:.2f}x | {float(a['weights_gb_s']):.1f}, "
+                   f"{float(a['share_of_bandwidth']):.0%} |")
+    return '\n'.join(out)
+
+def amx_prefetch(path: Path) -> str:
+    "`bench/amx_prefetch.py`, two runs (the CSV holds them in turn): medians, and each run's ratio."
+    table, runs = read(path), {}
+    for r in table: runs.setdefault((r['threads'], r['rows']), []).append(r)
+    out = ['| threads | rows | no prefetch ms | prefetch ms | x, run 1 | x, run 2 |', '|---|---|---|---|---|---|']
+    for t, n in (('2', '1'), ('2', '8'), ('2', '16'), ('2', '32'), ('1', '1'), ('1', '8'), ('1', '32')):
+        a, b = runs[t, n]
+        out.append(f"| {t} | {n} | {float(a['no_prefetch_ms']):.1f}, {float(b['no_prefetch_ms']):.1f} | "
+                   f"{float(a['prefetch_ms']):.1f}, {float(b['prefetch_ms']):.1f} | {float(a['speedup']):.2f} | "
+                   f"{float(b['speedup']):.2f} |")
+    return '\n'.join(out)
+
+def amx_dot(path: Path) -> str:
+    "`bench/amx_dot.py`: the tiles, the engine's build and dot products up to 4 rows; medians."
+    table = read(path)
+    out = ["| threads | rows | tiles ms | engine's build | dots up to 4 rows | a sum's rate |", '|---|---|---|---|---|---|']
+    for i, (t, n) in enumerate(((2, 1), (2, 2), (2, 4), (2, 5), (1, 1), (1, 2), (1, 4))):
+        r = row_of(table, t, n)
+        engine = 'tiles' if r['engine_takes'] == 'tiles' else f"{float(r['speedup']):.2f}x"
+        dots = 'tiles' if n > 4 else f"{float(r['dots4_speedup']):.2f}x"
+        rate = f"{float(r['sum_gbs']):.1f}" + (' GB/s' if i == 0 else '')
+        out.append(f"| {t} | {n} | {float(r['tiles_ms']):.1f} | {float(r['engine_ms']):.1f} ({engine}) | "
+                   f"{float(r['dots4_ms']):.1f} ({dots}) | {rate} |")
+    return '\n'.join(out)
+
+def bf16_dot(path: Path) -> str:
+    "`bench/bf16_dot.py`: oneDNN's bfloat16 product, the dot products, the float32 kernel; medians."
+    table = read(path)
+    out = ["| threads | rows | oneDNN bfloat16 ms | dot products ms | float32 kernel ms | dots' weights GB/s, share of a "
+           "sum's |", '|---|---|---|---|---|---|']
+    for t in (2, 1):
+        for n in (1, 4, 8, 16, 32):
+            r = row_of(table, t, n)
+            out.append(f"| {t} | {n} | {float(r['onednn_ms']):.1f} | {float(r['dots_ms']):.1f} "
+                       f"({float(r['dots_vs_onednn']):.2f}x) | {float(r['f32_ms']):.1f} | {float(r['dots_gbs']):.1f}, "
+                       f"{float(r['dots_gbs']) / float(r['sum_gbs']):.0%} |")
+    return '\n'.join(out)
+
+def bf16_dot_passes(path: Path) -> str:
+    "`bench/bf16_dot.py` against the thirteenth pass's build in the same rounds; medians."
+    table = read(path)
+    out = ['| threads | rows | thirteenth pass ms | this pass ms | x thirteenth | x oneDNN bfloat16 |', '|---|---|---|---|---|---|']
+    for t in (1, 2):
+        for n in (1, 8, 16, 32):
+            r = row_of(table, t, n)
+            out.append(f"| {t} | {n} | {float(r['dots-13th_ms']):.1f} | {float(r['dots_ms']):.1f} | "
+                       f"{float(r['dots_vs_13th']):.2f}x | {float(r['dots_vs_onednn']):.2f}x |")
+    return '\n'.join(out)
+
+def decode_attention(path: Path) -> str:
+    "`bench/decode_attention.py`: SDPA with the gather against three passes' kernels; the fastest of the rounds."
+    table = read(path)
+    out = ["| dtype, threads | SDPA with the gather | third pass's kernel | fifth pass's kernel | this kernel |",
+           '|---|---|---|---|---|']
+    for dt in ('bfloat16', 'float32'):
+        for t in (1, 2):
+            ms = [float(pick(table, dtype=dt, threads=t, arm=arm)[0]['step_ms_min'])
+                  for arm in ('sdpa', 'kernel-3rd-pass', 'kernel-5th-pass', 'kernel')]
+            out.append(f"| {dt}, {t} | {' | '.join(f'{v:.1f} ms' for v in ms)} |")
+    return '\n'.join(out)
+
+def ab_arms(two: Path, one: Path) -> str:
+    "`bench/ab_arms.py --arms layers,fast`, on two threads and on one core: the fastest and the median round."
+    out = ['| rows | threads | layers, ms (fastest / median round) | one call, ms | x (fastest) |', '|---|---|---|---|---|']
+    for path, label in ((two, None), (one, '1 (one core)')):
+        table = read(path)
+        for i, n in enumerate(dict.fromkeys(r['rows'] for r in table)):
+            layers, fast = (pick(table, rows=n, arm=arm)[0] for arm in ('layers', 'fast'))
+            t = label if label and i == 0 else layers['threads']
+            lm, fm = float(layers['step_ms_min']), float(fast['step_ms_min'])
+            out.append(f"| {n} | {t} | {lm:.1f} / {float(layers['step_ms_median']):.1f} | {fm:.1f} / "
+                       f"{float(fast['step_ms_median']):.1f} | {lm / fm:.2f} |")
+    return '\n'.join(out)
+
+def scheduler_budget(path: Path, earlier: Path) -> str:
+    "`bench/scheduler_budget.py`: runs 1 and 2 from their printed summaries (`earlier`), run 3 from its CSV; medians."
+    runs = {}
+    for line in earlier.read_text().splitlines():
+        f = line.split()
+        if len(f) == 6 and '/' in f[0] and f[0][0].isdigit():
+            runs.setdefault(f[0], []).append((float(f[1]), float(f[3]), float(f[4])))      # tok/s, ITL p99, TTFT p50
+    table = read(path)
+    for budget in dict.fromkeys(f"{r['whole']}/{r['mixed']}" for r in table):
+        w, m = budget.split('/')
+        got = pick(table, whole=w, mixed=m)
+        runs[budget].append(tuple(median(got, k) for k in ('out_tok_s', 'itl_p99_ms', 'ttft_p50_ms')))
+    out = ['| whole / mixed budget | out tok/s, runs 1 / 2 / 3 | ITL p99 ms | TTFT p50 ms |', '|---|---|---|---|']
+    for budget in dict.fromkeys(f"{r['whole']}/{r['mixed']}" for r in table):
+        cols = [' / '.join(f'{run[k]:.0f}' for run in runs[budget]) for k in range(3)]
+        out.append(f"| {budget.replace('/', ' / ')} | {' | '.join(cols)} |")
+    return '\n'.join(out)
+
 @dataclass(frozen=True)
 class Table:
     name: str                     # the marker's name
@@ -124,7 +256,23 @@ TABLES = [Table('speculative', 'nbs/15_speculative.ipynb', (ZEN5/'speculative.cs
           Table('crowd_budget', 'nbs/16_scheduler.ipynb', (ZEN5/'crowd_budget.csv',), crowd_budget),
           Table('batch_invariance', 'nbs/12_attention.ipynb', (ROOT/'bench'/'results'/'batch_invariance.csv',),
                 batch_invariance),
-          Table('quant_speed', 'nbs/55_quant.ipynb', (ZEN5/'quant_speed.csv',), quant_speed)]
+          Table('quant_speed', 'nbs/55_quant.ipynb', (ZEN5/'quant_speed.csv',), quant_speed),
+          Table('f32_linear', 'nbs/06_f32_linear.ipynb', (ARCHIVE/'eighth_pass'/'f32_linear.csv',), f32_linear),
+          Table('f32_linear_avx2', 'nbs/06_f32_linear.ipynb', (ARCHIVE/'ninth_pass'/'f32_linear.csv',), f32_linear_avx2),
+          Table('amx_linear', 'nbs/06_fast.ipynb', (ARCHIVE/'fourth_pass'/'amx_linear.csv',), amx_linear),
+          Table('amx_prefetch', 'nbs/06_fast.ipynb', (ARCHIVE/'ninth_pass'/'amx_prefetch.csv',), amx_prefetch),
+          Table('amx_dot', 'nbs/06_fast.ipynb', (ARCHIVE/'tenth_pass'/'amx_dot.csv',), amx_dot),
+          Table('bf16_dot', 'nbs/06_fast.ipynb', (ARCHIVE/'thirteenth_pass'/'bf16_dot.csv',), bf16_dot),
+          Table('bf16_dot_passes', 'nbs/06_fast.ipynb', (ARCHIVE/'fourteenth_pass'/'bf16_dot.csv',), bf16_dot_passes),
+          Table('decode_attention', 'nbs/12_attention.ipynb', (ARCHIVE/'sixth_pass'/'decode_attention.csv',),
+                decode_attention),
+          Table('decode_call_bf16', 'nbs/13_decode_call.ipynb',
+                (ARCHIVE/'fifth_pass'/'two_threads'/'ab_arms.csv', ARCHIVE/'fifth_pass'/'one_core'/'ab_arms.csv'), ab_arms),
+          Table('decode_call_f32', 'nbs/13_decode_call.ipynb',
+                (ARCHIVE/'ninth_pass'/'ab_f32_call'/'ab_arms.csv', ARCHIVE/'ninth_pass'/'ab_f32_call_one_core'/'ab_arms.csv'),
+                ab_arms),
+          Table('scheduler_budget', 'nbs/16_scheduler.ipynb', (ARCHIVE/'seventh_pass'/'scheduler_budget.csv',
+                ARCHIVE/'seventh_pass'/'scheduler_budget_earlier_runs.txt'), scheduler_budget)]
 
 def begin(t: Table) -> str: return f'<!-- table: {t.name} (python bench/notebook_tables.py --write) -->'
 END = '<!-- /table -->'

@@ -12,7 +12,7 @@ import asyncio, json, subprocess, sys
 from pathlib import Path
 import httpx, openai, pytest
 from nanoserve.loadgen import spawn_server
-from nanoserve.engine import EngineConfig
+from nanoserve.engine import Engine, EngineConfig, make_cache
 from nanoserve.launch import build_engine
 from nanoserve.quant import quantize_model
 from nanoserve.sampling import SamplingParams
@@ -31,10 +31,14 @@ def seeded_requests() -> list[dict]:
                 'top_p': 0.95, 'seed': 1000 + i, 'max_tokens': 8 + (i * 7) % 17, 'logprobs': 2}
     return [one(i, t) for i, t in enumerate(TOPICS)]
 
-def run(model, **config) -> tuple[list[tuple], object]:
+def run(model, beside=None, **config) -> tuple[list[tuple], object]:
     """Each request's (token ids, logprobs), all queued at once, and the engine that ran them (an `EngineConfig` of
-    `config`, built by `build_engine` as `nanoserve generate` builds one)."""
-    engine = build_engine(model, EngineConfig(**config), quantize=quantize_model)
+    `config`, built by `build_engine` as `nanoserve generate` builds one; or, `beside` an engine already built for the
+    same model and mode, a new engine over its loaded model, so that a mode's batch shapes load it once)."""
+    if beside is None: engine = build_engine(model, EngineConfig(**config), quantize=quantize_model)
+    else:
+        cfg = EngineConfig(**config)
+        engine = Engine.assemble(beside.model, beside.tokenizer, make_cache(beside.model, cfg), cfg, beside.stop_ids)
     reqs = seeded_requests()
     params = [SamplingParams(**{k: v for k, v in r.items() if k != 'messages'}) for r in reqs]
     outs = engine.generate([r['messages'] for r in reqs], params, use_tqdm=False)
@@ -58,12 +62,12 @@ def test_crowd_and_tight_pool_equal_alone_and_the_control_differs(default_model,
     kw = MODES[mode] | CHUNKED
     alone, solo = run(default_model, max_batch_size=1, **kw)
     assert solo.runner.batch_invariant, solo.runner.invariance
-    crowd, eng = run(default_model, max_batch_size=8, **kw)
+    crowd, eng = run(default_model, solo, max_batch_size=8, **kw)
     assert ran_together(eng) and differing(alone, crowd) == []
-    tight, eng = run(default_model, max_batch_size=8, **TIGHT, **kw)
+    tight, eng = run(default_model, solo, max_batch_size=8, **TIGHT, **kw)
     assert eng.snapshot().num_preemptions > 0 and differing(alone, tight) == []
-    off_alone, _ = run(default_model, max_batch_size=1, batch_invariant=False, **kw)
-    off_crowd, eng = run(default_model, max_batch_size=8, batch_invariant=False, **kw)
+    off_alone, off = run(default_model, max_batch_size=1, batch_invariant=False, **kw)
+    off_crowd, eng = run(default_model, off, max_batch_size=8, batch_invariant=False, **kw)
     assert ran_together(eng) and not eng.runner.batch_invariant
     assert differing(off_alone, off_crowd) != [], 'the control shows nothing: leaving the mode changed no bit'
 
