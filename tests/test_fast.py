@@ -33,6 +33,7 @@ def assert_same_greedy(ref, other, params, n):
 TIE = 0.25    # nats: two tokens this close are a tie that the last bits of bfloat16's layers decide
 
 FORCED = 64   # positions a prompt compared by teacher forcing
+ALONE = 2     # prompts also run alone (one row a step: 64 steps each, where the batch of all takes 64 in all)
 
 def gaps(a: list[list[dict]], b: list[list[dict]]) -> list[float]:
     "At every position of every prompt, the largest gap between two runs' logprobs of the tokens both list."
@@ -40,30 +41,34 @@ def gaps(a: list[list[dict]], b: list[list[dict]]) -> list[float]:
 
 @pytest.fixture(scope='module')
 def f32_reference(default_model):
-    "The default model in float32 through the plain layers (PyTorch's operators): the yardstick of the bfloat16 checks."
-    return Engine.build(default_model, config=EngineConfig(dtype='float32', **PLAIN))
+    """The default model in float32 through the plain layers (PyTorch's operators): the yardstick of the bfloat16 checks.
+    Outside the batch-invariant mode, whose plain products pad a step to 64 rows (4 times slower here): its logprobs
+    were within 4e-5 of the mode's on these prompts, and the bfloat16 gaps it measures are some 0.1."""
+    return Engine.build(default_model, config=EngineConfig(dtype='float32', batch_invariant=False, **PLAIN))
 
 def assert_teacher_forced_as_close(f32, ref, other, prompts=PROMPTS, forced=FORCED, ways=(True, False)):
     """bfloat16, by teacher forcing: `other` (a fast path) and `ref` (its reference) follow the float32 engine's greedy
-    continuation of each prompt (`forced` tokens, every position compared; as a batch and each prompt alone, or the
-    `ways` given), and `other`'s logprobs are about as far from float32's as `ref`'s are. The yardstick is bfloat16's
+    continuation of each prompt (`forced` tokens, every position compared; as a batch and the first ALONE prompts each
+    alone, or the `ways` given), and `other`'s logprobs are about as far from float32's as `ref`'s are. The yardstick is bfloat16's
     own rounding as the reference shows it at every position: `other`'s mean gap within a quarter of `ref`'s, and its
     largest within twice `ref`'s largest (the worst position moves with the order of the sums, and one position can be
     a near-tie's)."""
     key = (tuple(prompts), forced)
     made = f32.__dict__.setdefault('forced_runs', {})                   # kept on the engines, made once a key
-    if key not in made:
-        params = SamplingParams(temperature=0, max_tokens=forced, ignore_eos=True)
-        seqs = [o.token_ids for o in f32.generate(prompts, params, use_tqdm=False)]
-        made[key] = seqs, forced_logprobs(f32, prompts, seqs)
+    if key not in made:            # a greedy run's own logprobs: those of its tokens forced through the same batch
+        params = SamplingParams(temperature=0, max_tokens=forced, ignore_eos=True, logprobs=5)
+        outs = f32.generate(prompts, params, use_tqdm=False)
+        made[key] = [o.token_ids for o in outs], [o.logprobs for o in outs]
     seqs, want = made[key]
     mean = lambda e: sum(e) / len(e)
     for together in ways:
+        n = len(prompts) if together else min(ALONE, len(prompts))
         mine = ref.__dict__.setdefault('forced_runs', {})
-        if (key, together) not in mine: mine[key, together] = gaps(forced_logprobs(ref, prompts, seqs, together), want)
+        if (key, together) not in mine:
+            mine[key, together] = gaps(forced_logprobs(ref, prompts[:n], seqs[:n], together), want[:n])
         e_ref = mine[key, together]
-        e_other = gaps(forced_logprobs(other, prompts, seqs, together), want)
-        assert len(e_other) == len(prompts) * forced
+        e_other = gaps(forced_logprobs(other, prompts[:n], seqs[:n], together), want[:n])
+        assert len(e_other) == n * forced
         assert mean(e_other) <= 1.25 * mean(e_ref) and max(e_other) <= 2 * max(e_ref), (
             together, mean(e_other), mean(e_ref), max(e_other), max(e_ref))
 
@@ -148,7 +153,7 @@ LONG = ' '.join(['The history of the river valley begins with the first farmers,
 
 def test_prefill_kernel_greedy_text_equals_sdpa(default_model, f32_reference):
     """Day 11's prefill attention (AMX's tiles, or AVX512-BF16's dot products) against SDPA (`--no-prefill-kernel`), its reference, in bfloat16 on the default model: the kernel
-    runs in the prefill (the profiler names it), as close to float32 as SDPA by teacher forcing (a batch of four and each prompt
+    runs in the prefill (the profiler names it), as close to float32 as SDPA by teacher forcing (a batch of four and two prompts
     alone, and a 100-token prompt prefilled whole and in 16-token chunks), and the first step's top logprobs within TIE of SDPA's.
     The batch-invariant mode (the default here) attends every token through the decode kernel: these leave it."""
     from torch.profiler import profile, ProfilerActivity
