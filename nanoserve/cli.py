@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     bb.add_argument('--price', type=float, default=0.05, help='seconds a recording costs (default 0.05)')
     bb.add_argument('--eager-penalty', type=float, default=0.003,
                     help='seconds a decode step past the ceiling costs over a replay (default 0.003)')
+    from nanoserve.prefill_bench import add_prefill_flags
+    add_prefill_flags(bsub.add_parser('prefill', help='TTFT and prompt tokens/s of long prompts, one at a time and in '
+                                                      "a crowd, beside this CPU's arithmetic peak"),
+                      DEFAULT_MODEL, MODEL_HELP)
     return p
 
 # %% ../nbs/90_cli.ipynb #264f6815
@@ -177,6 +181,9 @@ def cmd_bench(args) -> int:
     if args.bench == 'graph':
         from nanoserve.graphbench import cmd_bench_graph
         return cmd_bench_graph(args)
+    if args.bench == 'prefill':
+        from nanoserve.prefill_bench import cmd_bench_prefill
+        return cmd_bench_prefill(args)
     if args.bench != 'offline':
         from nanoserve.servebench import cmd_bench_serve, cmd_bench_compare
         return {'serve': cmd_bench_serve, 'compare': cmd_bench_compare}[args.bench](args)
