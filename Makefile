@@ -110,7 +110,7 @@ screenshots: site browser
 readme: install-test
 	$(BIN)/jupyter nbconvert --to markdown --log-level WARN nbs/index.ipynb --output-dir . --output README
 	@# the landing page's links and pictures are relative to nbs/; the README sits one folder up
-	sed -i -E 's#\]\(([0-9][0-9]_[a-z0-9_]+\.ipynb|[a-z0-9_]+\.png)\)#](nbs/\1)#g' README.md
+	sed -i -E 's#\]\(([0-9][0-9]_[a-z0-9_]+\.ipynb|performance\.ipynb|[a-z0-9_]+\.png)\)#](nbs/\1)#g' README.md
 
 clean:
 	rm -rf $(VENV) _site _proc
