@@ -5,7 +5,9 @@ from nanoserve.engine import Engine
 from nanoserve.sampling import SamplingParams
 from nanoserve.launch import build_engine
 from nanoserve.batch import PersistentBatch
-from nanoserve.loadgen import make_plan
+from nanoserve.loadgen import make_plan, spawn_server
+from nanoserve.servebench import served_model
+from holes import hole, scattered, SHORT, LONG
 from nanoserve.graphbench import run_arm, check_same_answers, check_arm_replayed_every_step, check_arm_was_crowded, check_nothing_recorded_while_serving
 
 request = st.fixed_dictionaries({
@@ -69,16 +71,19 @@ def test_mixed_crowd_replays_every_step_through_a_server(tiny):
     check_arm_replayed_every_step(batched); check_nothing_recorded_while_serving(batched)
     assert batched.window.scattered_calls == 0 and batched.boot['persistent_batch'] is True
 
-@pytest.mark.stress
-def test_the_same_crowd_scatters_without_the_persistent_batch(tiny):
-    """Without the persistent batch, a mixed crowd through a server leaves holes in its rows (scattered steps). Where the holes
-    fall depends on which request reached which row, that is on the order the server received them: a run could in
-    principle see none, so this runs in `make stress` only. tests/test_capture.py shows the same in process, where the order
-    is the test's: 36 of 39 steps scattered."""
+def test_a_hole_scatters_without_the_persistent_batch(tiny):
+    """Without the persistent batch, a request that outlives the one below it decodes on over a hole in the rows (scattered
+    steps); with it, it moves down and every step replays. A crowd leaves such holes where the order the server received it
+    puts them; here the hole is made on cue (tests/holes.py). tests/test_capture.py shows the same in process."""
     path, small = tiny('llama_tied_gqa'), ('--max-batch-size', '4', '--max-model-len', '256', '--dtype', 'float32')
-    crowd = make_plan(12, (4, 12), (16, 64), seed=3)
-    without = run_arm('host, no batch', small + ('--cuda-graphs', '--capture-recorder', 'host', '--no-persistent-batch'), [crowd], path)
-    assert without.window.scattered_calls > 0 and without.boot['persistent_batch'] is False
+    host, texts = small + ('--cuda-graphs', '--capture-recorder', 'host'), []
+    for args, batch in ((host + ('--no-persistent-batch',), False), (host, True)):
+        with spawn_server(path, *args) as (url, _):
+            got, before, after = hole(url, served_model(url))
+        texts.append(got)
+        assert after['cuda_graphs']['persistent_batch'] is batch
+        assert scattered(before, after) >= LONG - SHORT if not batch else scattered(before, after) == 0
+    assert texts[0] == texts[1]
 
 def test_refusals(tiny):
     from nanoserve.core import ConfigError
