@@ -293,7 +293,7 @@ def cmd_bench_prefill(args) -> int:
                          'ttft_mean_ms': 1e3 * s if batch == 1 else None, 'seconds': s,
                          'prompt_tok_s': length * batch / s, 'threads': threads})
     command = 'nanoserve bench prefill ' + ' '.join(sys.argv[3:]) if sys.argv[1:3] == ['bench', 'prefill'] else ''
-    for r in rows: r.update(machine=machine(config.device or 'cpu'), command=command)
+    for r in rows: r.update(model=path.name, machine=machine(config.device or 'cpu'), command=command)
     write_csv(rows, args.csv)
     print(prefill_table(rows))
     print(f"wrote {args.csv}", file=sys.stderr)

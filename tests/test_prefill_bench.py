@@ -24,6 +24,7 @@ def test_both_modes_every_length_and_batch(tiny, tmp_path):
         tokens = int(row['prompt_len']) * int(row['batch'])
         assert abs(float(row['prompt_tok_s']) * float(row['seconds']) - tokens) < 1e-6
         assert row['command'].startswith('nanoserve bench prefill --model') and 'threads' in row['machine']
+        assert row['model'] == tiny('llama_tied_gqa').name
         best = next((k for k in ('avx512_fma', 'avx2_fma') if k in peak_kinds()), '')
         assert row['peak_kind'] == best                               # float32's product peak
     # the peak table names every kind this CPU has, then the memory's rate; the summary a row per length, batch, engine
