@@ -1,5 +1,5 @@
-"""A hole in a server's rows on cue (tests/test_graphbench.py, tests/test_batch.py): the order of admission is the test's,
-not the order a crowd's requests happen to reach the server.
+"""A hole in a server's rows on cue (tests/test_graphbench.py, tests/test_batch.py): the order of admission is the
+test's, not the order a crowd's requests happen to reach the server.
 
 A short request is sent to an idle server and admitted alone, into row 0; a long one is sent once the short one has
 streamed its first token, and admitted while the short one still runs, into row 1. The short one ends first, and the
