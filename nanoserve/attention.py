@@ -11,12 +11,12 @@ import torch.nn.functional as F
 from .model import AttentionBackend
 from .kvcache import KVCache
 from .core import c_library, c_library_error, kernel_source, named_in_profile, HOST
-from .prefill_kernel import kernel_prefill_attention
+from .prefill_kernel import kernel_prefill_attention, tile_order_applies, tile_order_kernel
 
 # %% auto #0
 __all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'DECODE_KERNEL_HEAD_SIZES', 'TOKEN_BLOCK', 'INVARIANT_BLOCK',
            'INVARIANT_PAD', 'SeqChunk', 'AttentionMetadata', 'build_metadata', 'window_attention', 'chunk_attention',
-           'decode_slots', 'PagedAttention', 'decode_kernel', 'decode_kernel_error', 'kernel_attention',
+           'decode_slots', 'PagedAttention', 'decode_kernel', 'decode_kernel_error', 'decode_entry', 'kernel_attention',
            'token_attention', 'blocked_token_attention', 'InvariantPagedAttention']
 
 # %% ../nbs/12_attention.ipynb #2c0509f4
@@ -175,6 +175,13 @@ def decode_kernel_error() -> str | None:
     "Why the kernel could not be built (None: it was, or it has not been tried)."
     return c_library_error('decode_attention')
 
+def decode_entry(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int):
+    """The C function a decode row's attention runs (`decode_attention_*`'s arguments): the tiles' batch-invariant
+    order where `tile_order_applies` (Day 11), else the decode kernel's own; None where neither is built."""
+    if tile_order_applies(dtype, heads, kv_heads, head_dim): return tile_order_kernel().tile_decode_bf16
+    if (lib := decode_kernel()) is None: return None
+    return lib.decode_attention_bf16 if dtype == torch.bfloat16 else lib.decode_attention_f32
+
 def kernel_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: torch.Tensor, context: torch.Tensor,
                      new_k: torch.Tensor | None = None, new_v: torch.Tensor | None = None) -> torch.Tensor | None:
     """`window_attention`'s result for a decode (q [R, heads, D]; pools [slots, kv_heads, D]; `win` [R * W] int64 slots;
@@ -188,7 +195,7 @@ def kernel_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, win: t
     R, H, D = q.shape
     win, context, q = win.contiguous(), context.to(torch.int64).contiguous(), q.contiguous()
     out = torch.empty_like(q)
-    f = lib.decode_attention_bf16 if q.dtype == torch.bfloat16 else lib.decode_attention_f32
+    f = decode_entry(q.dtype, H, kc.shape[1], D)
     with named_in_profile('nanoserve::decode_attention_kernel'):
         failed = f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), win.data_ptr(), win.numel() // R, context.data_ptr(),
                    None if new_k is None else new_k.data_ptr(), None if new_v is None else new_v.data_ptr(),
@@ -210,7 +217,11 @@ def token_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, seq: to
     seq, context, q = seq.contiguous(), context.to(torch.int64).contiguous(), q.contiguous()
     out, bf, threads, scale = torch.empty_like(q), q.dtype == torch.bfloat16, torch.get_num_threads(), 1 / math.sqrt(D)
     with named_in_profile('nanoserve::token_attention_kernel'):
-        if R >= 2 * TOKEN_BLOCK:                          # blocks of tokens, a block a thread at a time
+        if tile_order_applies(q.dtype, H, kc.shape[1], D):      # the tiles' order: decode_entry's too
+            failed = tile_order_kernel().tile_tokens_bf16(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), seq.data_ptr(),
+                                                          context.data_ptr(), out.data_ptr(), R, H, kc.shape[1], D,
+                                                          scale, threads)
+        elif R >= 2 * TOKEN_BLOCK:                        # blocks of tokens, a block a thread at a time
             f = lib.token_attention_bf16 if bf else lib.token_attention_f32
             failed = f(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), seq.data_ptr(), context.data_ptr(), out.data_ptr(),
                        R, H, kc.shape[1], D, scale, threads)

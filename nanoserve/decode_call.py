@@ -13,7 +13,7 @@ from .kvcache import KVCache
 from .fast import FastLinear, FusedAttention, FusedMLP, PackedEmbedding, amx_kernel, AMX_MAX_ROWS
 from .f32_linear import f32_kernel, f32_isa, F32_ENTRIES, F32_MAX_ROWS
 from .elementwise import FastRMSNorm, FastRotary, elementwise_kernel
-from .attention import AttentionMetadata, decode_kernel, decode_slots, DECODE_KERNEL_HEAD_SIZES
+from .attention import AttentionMetadata, decode_kernel, decode_entry, decode_slots, DECODE_KERNEL_HEAD_SIZES
 
 # %% auto #0
 __all__ = ['DECODE_CALL_C', 'DECODE_CALL_FLAGS', 'DECODE_CALL_DTYPES', 'QUANT_COPIES', 'decode_call_kernel', 'embedding_table',
@@ -146,7 +146,8 @@ class DecodeCall:
         self.quant = _quant(model.model.layers[0].self_attn.qkv_proj)
         self._kernels = _Kernels(2 if bf else 4, product, None if bf else fn(f32_kernel(), F32_ENTRIES[f32_isa()]),
                                  fn(ew, f'rms_norm_{kind}'), fn(ew, f'rope_{kind}'), fn(ew, f'silu_mul_{kind}'),
-                                 fn(decode_kernel(), f'decode_attention_{kind}'),
+                                 ctypes.cast(decode_entry(model.dtype, cfg.num_attention_heads, cfg.num_key_value_heads,
+                                                          cfg.head_dim), ctypes.c_void_p).value,
                                  fn(amx_kernel(invariant), QUANT_COPIES[self.quant]) if self.quant else None)
         # a product's copy in its kernel's layout
         packed = lambda p: _ptr(getattr(p, _quant(p) or copy))

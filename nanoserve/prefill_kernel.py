@@ -11,7 +11,7 @@ from .fast import bf16_isa
 
 # %% auto #0
 __all__ = ['PREFILL_KERNEL_C', 'PREFILL_KERNEL_FLAGS', 'PREFILL_BUILDS', 'prefill_kernel', 'prefill_kernel_error',
-           'kernel_prefill_attention']
+           'kernel_prefill_attention', 'tile_order_kernel', 'tile_order_applies']
 
 # %% ../nbs/11_prefill_kernel.ipynb #pk000007
 PREFILL_KERNEL_C = kernel_source('prefill_attention')
@@ -25,6 +25,10 @@ def _declare(lib):
     f.restype = ctypes.c_int
     P, I = ctypes.c_void_p, ctypes.c_int64
     f.argtypes = [P, I, P, P, P, I, I, P, I, I, I, I, ctypes.c_float, ctypes.c_int]
+    if hasattr(lib, 'tile_decode_bf16'):          # the tiles' batch-invariant order: the AMX build only
+        lib.tile_decode_bf16.restype = lib.tile_tokens_bf16.restype = ctypes.c_int
+        lib.tile_decode_bf16.argtypes = [P] * 4 + [I] + [P] * 4 + [I] * 4 + [ctypes.c_float, ctypes.c_int]
+        lib.tile_tokens_bf16.argtypes = [P] * 6 + [I] * 4 + [ctypes.c_float, ctypes.c_int]
     if lib.prefill_amx_enable() != 0:
         raise OSError("Linux did not grant this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
 
@@ -68,3 +72,15 @@ def kernel_prefill_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor
     if failed:
         raise MemoryError("the prefill-attention kernel could not allocate its copies of K and V and its scratch")
     return out
+
+# %% ../nbs/11_prefill_kernel.ipynb #c6d24052
+def tile_order_kernel():
+    """The prefill-attention library when its build holds the tiles' batch-invariant order (`tile_decode_bf16` and
+    `tile_tokens_bf16`: the AMX build), else None."""
+    return prefill_kernel() if bf16_isa() == 'amx' else None
+
+def tile_order_applies(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
+    """Whether attention of this dtype and shape takes the tiles' order, for decode rows and prefill tokens alike:
+    bfloat16, a head size that is a multiple of 32 up to 256, whole groups of query heads, and the AMX build."""
+    return (dtype == torch.bfloat16 and head_dim % 32 == 0 and head_dim <= 256 and heads % kv_heads == 0
+            and tile_order_kernel() is not None)

@@ -1,13 +1,17 @@
 /* prefill_attention.c: causal prefill attention for one chunk of a sequence, read from the paged KV pool, bfloat16.
 
    Computes  softmax(q k^T * scale) v for the chunk's n queries (the last n of L tokens), each over the keys up to
-             its own position, on AMX tiles or, built with NO_TILES, AVX512-BF16 dot products.
-   Entry     prefill_amx_enable (the tile state) and prefill_attention_bf16 (2 for a shape it does not take, 1 when
-             out of memory).
+             its own position, on AMX tiles or, built with NO_TILES, AVX512-BF16 dot products; and, on AMX only, the
+             batch-invariant order that decode rows and prefill tokens share (an online softmax over steps of 32
+             keys at fixed positions, its products on tiles).
+   Entry     prefill_amx_enable (the tile state) and prefill_attention_bf16; tile_decode_bf16 and tile_tokens_bf16
+             (the shared order: decode_attention_bf16's and token_attention_bf16's arguments); each returns 2 for a
+             shape it does not take, 1 when out of memory.
    Build     PREFILL_KERNEL_FLAGS in nanoserve/prefill_kernel.py: -O3 -fopenmp -fPIC -shared -std=c11, as
              'prefill_attention' (AMX) or 'prefill_attention_dots' (-DNO_TILES), by PREFILL_BUILDS (prefill_kernel).
-   Checked   nbs/11_prefill_kernel.ipynb, "Checks": the kernel against SDPA and float64 on chunk shapes;
-             tests/test_fast.py::test_prefill_kernel_greedy_text_equals_sdpa. */
+   Checked   nbs/11_prefill_kernel.ipynb, "Checks": the kernel against SDPA and float64 on chunk shapes, and "Checks: a
+             token's bits are its decode's" (the shared order, bit for bit); tests/test_fast.py::
+             test_prefill_kernel_greedy_text_equals_sdpa, tests/test_batch_invariance.py. */
 
 /* Prefill attention on AMX tiles, bfloat16: one chunk's n queries (the last n tokens of a sequence of L, positions
    L-n .. L-1), each over the keys up to its own position, read from the paged pool through the sequence's slots.
@@ -227,3 +231,304 @@ TGT int prefill_attention_bf16(const uint16_t *q, int64_t ldq, const uint16_t *k
     free(kt); free(vt); free(scratch);
     return 0;
 }
+
+#ifndef NO_TILES
+/* The batch-invariant order on tiles: one order of sums that a decode row and a prefill token share, so that a
+   token's bits are those it would get as a decode whatever its batch or chunk, at the tiles' speed.
+
+   A query's keys go in steps of 32 at fixed positions (32j .. 32j+31), an online softmax across the steps: at each,
+   its 32 scores by tdpbf16ps (float32 sums of bfloat16 products over D, the tile's own order), a running max and a
+   lanewise running sum, the weights exp(x - max) rounded to bfloat16 and their sum with V by tdpbf16ps into a fresh
+   tile, added to the float32 output after its earlier part is rescaled. What a query computes depends only on its
+   own queries, keys and values: a tile's element is the same whichever rows and columns share the tile, and which
+   operand holds the keys (a decode puts the keys in A's rows and its few query heads in B's columns, a prefill 16
+   queries in A's rows and the keys in B's columns: the same products summed in the same order; checked bit for bit
+   in nbs/11_prefill_kernel.ipynb). The scaling, softmax steps and the last division are single functions, never
+   inlined, so every caller runs the same instructions.
+
+   Keys a query does not see within its last step weigh exactly 0: a decode zeroes their V rows (the pool past its
+   context holds anything), a prefill multiplies later tokens' finite V by 0; the two sums differ only if a sum
+   of V's products were exactly -0, which takes every seen value to be -0. */
+#define KT 32                                   /* keys in a step of the online softmax */
+#define MAXD 256
+
+/* A query's step over keys 32j.. of which it sees the first `valid` (1..32): its 32 scores s (float32, as the tile
+   wrote them) scaled and masked, its running max m and lanewise sum lv brought up to date, its weights exp(x - max)
+   rounded to bfloat16 into p (0 for keys it does not see); returns the factor its earlier sums take. */
+TGT __attribute__((noinline)) static float online_step(const float *s, int64_t valid, float scale, float *m, float *lv,
+                                                       uint16_t *p) {
+    __mmask16 m0 = valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1);
+    __mmask16 m1 = valid >= 32 ? 0xffff : valid > 16 ? (__mmask16)((1u << (valid - 16)) - 1) : 0;
+    __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale);
+    __m512 x0 = _mm512_mask_mul_ps(ninf, m0, _mm512_loadu_ps(s), sc);
+    __m512 x1 = _mm512_mask_mul_ps(ninf, m1, _mm512_loadu_ps(s + 16), sc);
+    float top = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
+    float mn = top > *m ? top : *m;
+    __m512 mv = _mm512_set1_ps(mn);
+    /* the first step's earlier max is -inf: exp16 clamps, and the factor multiplies zeros */
+    float alpha = _mm512_cvtss_f32(exp16(_mm512_set1_ps(*m - mn)));
+    __m512 e0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(x0, mv)));
+    __m512 e1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(x1, mv)));
+    _mm512_storeu_ps(lv, _mm512_fmadd_ps(_mm512_loadu_ps(lv), _mm512_set1_ps(alpha), _mm512_add_ps(e0, e1)));
+    _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+    *m = mn;
+    return alpha;
+}
+
+/* acc = acc * alpha + o, D floats */
+TGT __attribute__((noinline)) static void acc_step(float *acc, const float *o, float alpha, int64_t D) {
+    __m512 a = _mm512_set1_ps(alpha);
+    for (int64_t d = 0; d < D; d += 16)
+        _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(_mm512_loadu_ps(acc + d), a, _mm512_loadu_ps(o + d)));
+}
+
+/* a query's output: acc over the sum of its weights, rounded to bfloat16 */
+TGT __attribute__((noinline)) static void finish_row(const float *acc, const float *lv, int64_t D, uint16_t *out) {
+    __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(_mm512_loadu_ps(lv)));
+    for (int64_t d = 0; d < D; d += 16)
+        _mm256_storeu_si256((__m256i *)(out + d),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(acc + d), inv)));
+}
+
+/* A step's V as tdpbf16ps's B operand, D/16 tiles of [16 key pairs][16 d x 2]: row r of tile i holds d 16i..16i+15
+   of keys 2r and 2r+1, interleaved; keys from `valid` on are zero. rows[t]: key t's V row. */
+TGT static void v_pairs(const uint16_t *const *rows, int64_t valid, int64_t D, uint16_t *vp) {
+    __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                  39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t r = 0; r < 16; r++)
+        for (int64_t d = 0; d < D; d += 32) {
+            __m512i a = 2 * r < valid ? _mm512_loadu_si512(rows[2 * r] + d) : _mm512_setzero_si512();
+            __m512i b = 2 * r + 1 < valid ? _mm512_loadu_si512(rows[2 * r + 1] + d) : _mm512_setzero_si512();
+            _mm512_storeu_si512(vp + ((d / 16) * 16 + r) * 32, _mm512_permutex2var_epi16(a, lo, b));
+            _mm512_storeu_si512(vp + ((d / 16 + 1) * 16 + r) * 32, _mm512_permutex2var_epi16(a, hi, b));
+        }
+}
+
+/* The weighted sum of a step's V: A the weights p [16 rows][32 keys], B vp (v_pairs), into o [16 rows][D] float32
+   (row stride D), a fresh tile per 16 of D. */
+TGT static void weighted_v(const uint16_t *p, const uint16_t *vp, int64_t D, float *o) {
+    _tile_loadd(4, p, 64);
+    for (int64_t i = 0; i < D / 16; i += 4) {
+        int64_t nd = min64(4, D / 16 - i);
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        _tile_loadd(5, vp + (i + 0) * 512, 64); _tile_dpbf16ps(0, 4, 5);
+        if (nd > 1) { _tile_loadd(6, vp + (i + 1) * 512, 64); _tile_dpbf16ps(1, 4, 6); }
+        if (nd > 2) { _tile_loadd(5, vp + (i + 2) * 512, 64); _tile_dpbf16ps(2, 4, 5); }
+        if (nd > 3) { _tile_loadd(6, vp + (i + 3) * 512, 64); _tile_dpbf16ps(3, 4, 6); }
+        _tile_stored(0, o + (i + 0) * 16, D * 4);
+        if (nd > 1) _tile_stored(1, o + (i + 1) * 16, D * 4);
+        if (nd > 2) _tile_stored(2, o + (i + 2) * 16, D * 4);
+        if (nd > 3) _tile_stored(3, o + (i + 3) * 16, D * 4);
+    }
+}
+
+TGT static void tiles_on(void) {
+    tilecfg cfg = {0};
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    _tile_loadconfig(&cfg);
+}
+
+/* A thread's scratch for a decode unit: Q as B pairs, a step's K rows and V pairs, scores both ways, weights, the
+   tile's output, and each query's state (max, lanewise sum, output) */
+typedef struct { uint32_t *qt; uint16_t *kb, *vp, *p; float *s1, *s, *o, *m, *lv, *acc; } unit_scratch;
+static int64_t unit_floats(int64_t D) {
+    return D * 8 + KT * D / 2 + KT * D / 2 + 16 * KT / 2 + 16 * KT + 16 * KT + 16 * D + 16 + 16 * 16 + 16 * D;
+}
+static unit_scratch unit_carve(float *f, int64_t D) {
+    unit_scratch w;
+    w.qt = (uint32_t *)f; f += D * 8;
+    w.kb = (uint16_t *)f; f += KT * D / 2;
+    w.vp = (uint16_t *)f; f += KT * D / 2;
+    w.p = (uint16_t *)f; f += 16 * KT / 2;
+    w.s1 = f; f += 16 * KT;
+    w.s = f; f += 16 * KT;
+    w.o = f; f += 16 * D;
+    w.m = f; f += 16;
+    w.lv = f; f += 16 * 16;
+    w.acc = f;
+    return w;
+}
+
+/* One decode row's query heads g0 .. g0+nc-1 (nc <= 16, of KV head h) over its n keys (slots; the last one new_k's
+   and new_v's where those are given). The keys go into A's rows straight from a copy of their K rows, the heads
+   into B's columns, so a step's K is read once for all the heads. */
+TGT static void decode_unit(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int64_t *slots, int64_t n,
+                            const uint16_t *new_k, const uint16_t *new_v, uint16_t *out, int64_t h, int64_t g0,
+                            int64_t nc, int64_t KVH, int64_t D, float scale, unit_scratch w) {
+    int64_t KD = KVH * D;
+    memset(w.qt, 0, D * 32);
+    memset(w.p, 0, 16 * KT * 2);
+    for (int64_t c = 0; c < nc; c++) {
+        const uint32_t *qc = (const uint32_t *)(q + (g0 + c) * D);
+        for (int64_t i = 0; i < D / 2; i++) w.qt[i * 16 + c] = qc[i];       /* d-pair i: row i % 16 of tile i / 16 */
+        w.m[c] = -INFINITY;
+        memset(w.lv + c * 16, 0, 64);
+        memset(w.acc + c * D, 0, D * 4);
+    }
+    const uint16_t *vrow[KT];
+    for (int64_t j = 0; j * KT < n; j++) {
+        int64_t valid = min64(KT, n - j * KT);
+        for (int64_t t = 0; t < KT; t++) {
+            int64_t key = j * KT + t;
+            if (t >= valid) { memset(w.kb + t * D, 0, D * 2); continue; }
+            int own = new_k && key == n - 1;
+            memcpy(w.kb + t * D, own ? new_k + h * D : k + slots[key] * KD + h * D, D * 2);
+            vrow[t] = own ? new_v + h * D : v + slots[key] * KD + h * D;
+        }
+        _tile_zero(0); _tile_zero(1);
+        for (int64_t dt = 0; dt < D / 32; dt++) {
+            _tile_loadd(4, w.kb + dt * 32, D * 2);
+            _tile_loadd(5, w.kb + 16 * D + dt * 32, D * 2);
+            _tile_loadd(6, w.qt + dt * 256, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 5, 6);
+        }
+        _tile_stored(0, w.s1, 64);
+        _tile_stored(1, w.s1 + 256, 64);
+        float alpha[16];
+        for (int64_t c = 0; c < nc; c++) {
+            for (int64_t t = 0; t < KT; t++) w.s[c * KT + t] = w.s1[t * 16 + c];
+            alpha[c] = online_step(w.s + c * KT, valid, scale, w.m + c, w.lv + c * 16, w.p + c * KT);
+        }
+        v_pairs(vrow, valid, D, w.vp);
+        weighted_v(w.p, w.vp, D, w.o);
+        for (int64_t c = 0; c < nc; c++) acc_step(w.acc + c * D, w.o + c * D, alpha[c], D);
+    }
+    for (int64_t c = 0; c < nc; c++) finish_row(w.acc + c * D, w.lv + c * 16, D, out + (g0 + c) * D);
+}
+
+/* A decode step's R rows in the tiles' order (decode_attention_bf16's arguments): units of (row, KV head, a run of
+   its query heads), split across the threads; a KV head's heads in runs of at most 16, shorter where the units would
+   be fewer than the threads. Returns 2 for a shape it does not take, 1 when out of memory. */
+TGT int tile_decode_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int64_t *win, int64_t W,
+                         const int64_t *ctx, const uint16_t *new_k, const uint16_t *new_v, uint16_t *out, int64_t R,
+                         int64_t H, int64_t KVH, int64_t D, float scale, int nthreads) {
+    if (D % 32 || D > MAXD || H % KVH || R < 1) return 2;
+    if (nthreads < 1) nthreads = 1;
+    int64_t G = H / KVH, parts = (G + 15) / 16;
+    if (R * KVH * parts < nthreads) parts = min64(G, (nthreads + R * KVH - 1) / (R * KVH));
+    int64_t size = (G + parts - 1) / parts, units = R * KVH * parts, per = unit_floats(D) + 16;
+    float *scratch = aligned_alloc(64, (size_t)per * 4 * nthreads);
+    if (!scratch) return 1;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        tiles_on();
+        unit_scratch w = unit_carve(scratch + per * omp_get_thread_num(), D);
+        #pragma omp for schedule(static)
+        for (int64_t u = 0; u < units; u++) {
+            int64_t r = u / (KVH * parts), h = u / parts % KVH, g0 = u % parts * size, nc = min64(size, G - g0);
+            if (nc <= 0) continue;
+            decode_unit(q + r * H * D, k, v, win + r * W, ctx[r], new_k ? new_k + r * KVH * D : 0,
+                        new_v ? new_v + r * KVH * D : 0, out + r * H * D, h, h * G + g0, nc, KVH, D, scale, w);
+        }
+        _tile_release();
+    }
+    free(scratch);
+    return 0;
+}
+
+/* A prefill chunk's R tokens of one sequence in the tiles' order (token_attention_bf16's arguments: token i sees the
+   first ctx[i] of the keys at win): a set is 16 consecutive tokens' queries of one head, in A's rows; a step's keys go
+   into B's columns (K's d-pairs down the rows), copied once per KV head and step for all of a thread's sets. The
+   blocks of 16 tokens go to the threads in turn; a thread keeps its sets' states for one KV head at a time, so its
+   memory grows with the chunk, not the context. */
+TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int64_t *win,
+                         const int64_t *ctx, uint16_t *out, int64_t R, int64_t H, int64_t KVH, int64_t D, float scale,
+                         int nthreads) {
+    if (D % 32 || D > MAXD || H % KVH || R < 1) return 2;
+    if (nthreads < 1) nthreads = 1;
+    int64_t G = H / KVH, KD = KVH * D, blocks = (R + 15) / 16, L = 0;
+    for (int64_t i = 0; i < R; i++) L = ctx[i] > L ? ctx[i] : L;
+    int64_t mine = (blocks + nthreads - 1) / nthreads;               /* a thread's blocks, at most */
+    /* per set: queries (16 x D bfloat16), max, lanewise sums, output */
+    int64_t set_floats = 8 * D + 16 + 256 + 16 * D;
+    /* per thread: a step's K pairs and V pairs, scores, weights, the tile's output, then its sets */
+    int64_t step_floats = 16 * D + 16 * D + 16 * KT + 16 * KT / 2 + 16 * D;
+    int64_t per = step_floats + mine * G * set_floats;
+    float *scratch = aligned_alloc(64, (size_t)per * 4 * nthreads);
+    if (!scratch) return 1;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        tiles_on();
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        float *f = scratch + per * t;
+        uint32_t *kt = (uint32_t *)f;
+        uint16_t *vp = (uint16_t *)(f + 16 * D), *p = (uint16_t *)(f + 32 * D + 16 * KT);
+        float *s = f + 32 * D, *o = f + 32 * D + 16 * KT + 16 * KT / 2, *sets = f + step_floats;
+        int64_t nb = 0, lastj = -1;
+        int64_t tops[mine];                                               /* each of its blocks' most keys */
+        for (int64_t b = t; b < blocks; b += nt, nb++) {
+            tops[nb] = 0;
+            for (int64_t i = b * 16; i < min64(R, b * 16 + 16); i++) tops[nb] = ctx[i] > tops[nb] ? ctx[i] : tops[nb];
+            lastj = (tops[nb] - 1) / KT > lastj ? (tops[nb] - 1) / KT : lastj;
+        }
+        for (int64_t h = 0; h < KVH; h++) {
+            for (int64_t bi = 0; bi < nb; bi++)
+                for (int64_t gi = 0; gi < G; gi++) {
+                    float *st = sets + (bi * G + gi) * set_floats;
+                    uint16_t *qs = (uint16_t *)st;
+                    int64_t b = t + bi * nt, rows = min64(16, R - b * 16);
+                    for (int64_t c = 0; c < 16; c++)
+                        if (c < rows) memcpy(qs + c * D, q + ((b * 16 + c) * H + h * G + gi) * D, D * 2);
+                        else memset(qs + c * D, 0, D * 2);
+                    for (int64_t c = 0; c < 16; c++) st[8 * D + c] = -INFINITY;
+                    memset(st + 8 * D + 16, 0, (256 + 16 * D) * 4);
+                }
+            for (int64_t j = 0; j <= lastj; j++) {
+                int64_t valid = min64(KT, L - j * KT);
+                const uint16_t *vrow[KT];
+                /* K's d-pairs down the rows: B of the scores, keys 0-15 then 16-31, D / 32 tiles each */
+                memset(kt, 0, KT * D * 2);
+                for (int64_t u = 0; u < valid; u++) {
+                    const uint32_t *kr = (const uint32_t *)(k + win[j * KT + u] * KD + h * D);
+                    vrow[u] = v + win[j * KT + u] * KD + h * D;
+                    for (int64_t i = 0; i < D / 2; i++)         /* key u, d-pair i */
+                        kt[((u / 16) * (D / 32) + i / 16) * 256 + (i % 16) * 16 + u % 16] = kr[i];
+                }
+                v_pairs(vrow, valid, D, vp);
+                for (int64_t bi = 0; bi < nb; bi++) {
+                    int64_t b = t + bi * nt, rows = min64(16, R - b * 16);
+                    if (tops[bi] <= j * KT) continue;
+                    for (int64_t gi = 0; gi < G; gi++) {
+                        float *st = sets + (bi * G + gi) * set_floats, *m = st + 8 * D, *lv = m + 16, *acc = lv + 256;
+                        uint16_t *qs = (uint16_t *)st;
+                        _tile_zero(0); _tile_zero(1);
+                        for (int64_t dt = 0; dt < D / 32; dt++) {
+                            _tile_loadd(4, qs + dt * 32, D * 2);
+                            _tile_loadd(5, kt + dt * 256, 64);
+                            _tile_loadd(6, kt + (D / 32 + dt) * 256, 64);
+                            _tile_dpbf16ps(0, 4, 5);
+                            _tile_dpbf16ps(1, 4, 6);
+                        }
+                        _tile_stored(0, s, KT * 4);
+                        _tile_stored(1, s + 16, KT * 4);
+                        float alpha[16];
+                        int64_t sees[16];
+                        for (int64_t c = 0; c < 16; c++) {
+                            sees[c] = c < rows ? min64(KT, ctx[b * 16 + c] - j * KT) : 0;
+                            if (sees[c] > 0)
+                                alpha[c] = online_step(s + c * KT, sees[c], scale, m + c, lv + c * 16, p + c * KT);
+                            else memset(p + c * KT, 0, KT * 2);
+                        }
+                        weighted_v(p, vp, D, o);
+                        for (int64_t c = 0; c < rows; c++)
+                            if (sees[c] > 0) acc_step(acc + c * D, o + c * D, alpha[c], D);
+                    }
+                }
+            }
+            for (int64_t bi = 0; bi < nb; bi++)
+                for (int64_t gi = 0; gi < G; gi++) {
+                    float *st = sets + (bi * G + gi) * set_floats, *lv = st + 8 * D + 16, *acc = lv + 256;
+                    int64_t b = t + bi * nt, rows = min64(16, R - b * 16);
+                    for (int64_t c = 0; c < rows; c++)
+                        finish_row(acc + c * D, lv + c * 16, D, out + ((b * 16 + c) * H + h * G + gi) * D);
+                }
+        }
+        _tile_release();
+    }
+    free(scratch);
+    return 0;
+}
+#endif
