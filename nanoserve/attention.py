@@ -176,8 +176,9 @@ def decode_kernel_error() -> str | None:
     return c_library_error('decode_attention')
 
 def decode_entry(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int):
-    """The C function a decode row's attention runs (`decode_attention_*`'s arguments): the tiles' batch-invariant
-    order where `tile_order_applies` (Day 11), else the decode kernel's own; None where neither is built."""
+    """The C function a decode row's attention runs (`decode_attention_*`'s arguments): the shared batch-invariant
+    order of `nanoserve.prefill_kernel` where `tile_order_applies`, else the decode kernel's own; None where neither
+    is built."""
     if tile_order_applies(dtype, heads, kv_heads, head_dim): return tile_order_kernel().tile_decode_bf16
     if (lib := decode_kernel()) is None: return None
     return lib.decode_attention_bf16 if dtype == torch.bfloat16 else lib.decode_attention_f32
@@ -217,7 +218,7 @@ def token_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, seq: to
     seq, context, q = seq.contiguous(), context.to(torch.int64).contiguous(), q.contiguous()
     out, bf, threads, scale = torch.empty_like(q), q.dtype == torch.bfloat16, torch.get_num_threads(), 1 / math.sqrt(D)
     with named_in_profile('nanoserve::token_attention_kernel'):
-        if tile_order_applies(q.dtype, H, kc.shape[1], D):      # the tiles' order: decode_entry's too
+        if tile_order_applies(q.dtype, H, kc.shape[1], D):      # the shared order: decode_entry's too
             failed = tile_order_kernel().tile_tokens_bf16(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), seq.data_ptr(),
                                                           context.data_ptr(), out.data_ptr(), R, H, kc.shape[1], D,
                                                           scale, threads)

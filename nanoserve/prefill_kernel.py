@@ -75,12 +75,14 @@ def kernel_prefill_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor
 
 # %% ../nbs/11_prefill_kernel.ipynb #c6d24052
 def tile_order_kernel():
-    """The prefill-attention library when its build holds the tiles' batch-invariant order (`tile_decode_bf16` and
-    `tile_tokens_bf16`: the AMX build), else None."""
-    return prefill_kernel() if bf16_isa() == 'amx' else None
+    """The prefill-attention library of this CPU's build, whose `tile_decode_bf16` and `tile_tokens_bf16` compute the
+    shared batch-invariant order (on AMX's tiles, or AVX512-BF16's dot products without AMX); None where neither
+    applies or it cannot be built."""
+    return prefill_kernel()
 
 def tile_order_applies(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
-    """Whether attention of this dtype and shape takes the tiles' order, for decode rows and prefill tokens alike:
-    bfloat16, a head size that is a multiple of 32 up to 256, whole groups of query heads, and the AMX build."""
+    """Whether attention of this dtype and shape takes the shared order, for decode rows and prefill tokens alike:
+    bfloat16, a head size that is a multiple of 32 up to 256, whole groups of query heads, and a build of the kernel
+    (AMX or AVX512-BF16)."""
     return (dtype == torch.bfloat16 and head_dim % 32 == 0 and head_dim <= 256 and heads % kv_heads == 0
             and tile_order_kernel() is not None)

@@ -77,8 +77,11 @@ def pytest_terminal_summary(terminalreporter):
     f32 = f"the {f32_isa()} kernel" if f32_isa() else "no kernel of nanoserve's own (no AVX2 here)"
     q8 = ("int8 and int4 products widened onto the same dot products" if bf16_isa()
           else "int8 and int4 products on PyTorch's ops (no bfloat16 kernel here)")
-    att = ("bfloat16 attention in the tiles' shared order (decode rows and prefill tokens on AMX)" if bf16_isa() == 'amx'
-           else "bfloat16 attention in the decode kernel's float32 order (no AMX here: the tiles' order is not run)")
+    att = {'amx': "bfloat16 attention in the shared order on AMX's tiles (the dot products' build only by the "
+                  "prefill kernel notebook's checks)",
+           'avx512_bf16': "bfloat16 attention in the shared order on AVX512-BF16's dot products (no AMX here: its "
+                          "tile build is not run)",
+           None: "bfloat16 attention in the decode kernel's float32 order (no AVX512-BF16 here)"}[bf16_isa()]
     terminalreporter.write_line(f"cpu: {cpu_model()}; batch-invariant paths covered here: bfloat16 products on {bf}; "
                                 f"float32 products on {f32}; {q8}; {att}")
 

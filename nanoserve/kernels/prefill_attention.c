@@ -232,7 +232,6 @@ TGT int prefill_attention_bf16(const uint16_t *q, int64_t ldq, const uint16_t *k
     return 0;
 }
 
-#ifndef NO_TILES
 /* The batch-invariant order on tiles: one order of sums that a decode row and a prefill token share, so that a
    token's bits are those it would get as a decode whatever its batch or chunk, at the tiles' speed.
 
@@ -248,7 +247,12 @@ TGT int prefill_attention_bf16(const uint16_t *q, int64_t ldq, const uint16_t *k
 
    Keys a query does not see within its last step weigh exactly 0: a decode zeroes their V rows (the pool past its
    context holds anything), a prefill multiplies later tokens' finite V by 0; the two sums differ only if a sum
-   of V's products were exactly -0, which takes every seen value to be -0. */
+   of V's products were exactly -0, which takes every seen value to be -0.
+
+   Built with NO_TILES (AVX512-BF16, no AMX), the same steps and the same softmax, with vdpbf16ps dot products in
+   place of the tiles: a score is one float32 sum over K's d-pairs in order, 16 keys to a vector (K's pairs laid
+   down the rows as for the tiles: a decode lays its own step out so too), and a weighted sum one over the key pairs
+   in order, 16 of D to a vector. Its bits are the build's own, not the tiles'; a decode and a prefill share them. */
 #define KT 32                                   /* keys in a step of the online softmax */
 #define MAXD 256
 
@@ -307,7 +311,52 @@ TGT static void v_pairs(const uint16_t *const *rows, int64_t valid, int64_t D, u
 
 /* The weighted sum of a step's V: A the weights p [16 rows][32 keys], B vp (v_pairs), into o [16 rows][D] float32
    (row stride D), a fresh tile per 16 of D. */
-TGT static void weighted_v(const uint16_t *p, const uint16_t *vp, int64_t D, float *o) {
+#ifdef NO_TILES
+/* scores of nq queries (rows of D bfloat16, ldq apart) against a step's 32 keys laid out as kt (K's d-pairs down the
+   rows, keys 0-15 then 16-31): s [nq][32], each one float32 sum over the pairs in order; 4 queries at a time */
+TGT static void step_scores(const uint16_t *q, int64_t ldq, int64_t nq, const uint32_t *kt, int64_t D, float *s) {
+    for (int64_t c0 = 0; c0 < nq; c0 += 4) {
+        int mr = (int)min64(4, nq - c0);
+        __m512 acc[4][2];
+        for (int a = 0; a < 4; a++) acc[a][0] = acc[a][1] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < D / 2; i++) {
+            __m512bh k0 = (__m512bh)_mm512_loadu_si512(kt + (i / 16) * 256 + (i % 16) * 16);
+            __m512bh k1 = (__m512bh)_mm512_loadu_si512(kt + (D / 32 + i / 16) * 256 + (i % 16) * 16);
+            for (int a = 0; a < mr; a++) {
+                __m512bh qa = (__m512bh)_mm512_set1_epi32(((const int32_t *)(q + (c0 + a) * ldq))[i]);
+                acc[a][0] = _mm512_dpbf16_ps(acc[a][0], qa, k0);
+                acc[a][1] = _mm512_dpbf16_ps(acc[a][1], qa, k1);
+            }
+        }
+        for (int a = 0; a < mr; a++) {
+            _mm512_storeu_ps(s + (c0 + a) * KT, acc[a][0]);
+            _mm512_storeu_ps(s + (c0 + a) * KT + 16, acc[a][1]);
+        }
+    }
+}
+
+/* the weighted sum of a step's V for nq rows of weights p [16][32]: o [nq][D], each one float32 sum over the key
+   pairs in order */
+TGT static void weighted_v(const uint16_t *p, const uint16_t *vp, int64_t D, float *o, int64_t nq) {
+    for (int64_t c = 0; c < nq; c++)
+        for (int64_t i = 0; i < D / 16; i += 4) {
+            int nd = (int)min64(4, D / 16 - i);
+            __m512 acc[4];
+            for (int a = 0; a < 4; a++) acc[a] = _mm512_setzero_ps();
+            for (int64_t r = 0; r < 16; r++) {
+                __m512bh pr = (__m512bh)_mm512_set1_epi32(((const int32_t *)(p + c * KT))[r]);
+                for (int a = 0; a < nd; a++)
+                    acc[a] = _mm512_dpbf16_ps(acc[a], pr, (__m512bh)_mm512_loadu_si512(vp + (i + a) * 512 + r * 32));
+            }
+            for (int a = 0; a < nd; a++) _mm512_storeu_ps(o + c * D + (i + a) * 16, acc[a]);
+        }
+}
+TGT static void tiles_on(void) {}
+#define TILES_OFF()
+#else
+#define TILES_OFF() _tile_release()
+TGT static void weighted_v(const uint16_t *p, const uint16_t *vp, int64_t D, float *o, int64_t nq) {
+    (void)nq;                                  /* a tile takes all 16 rows */
     _tile_loadd(4, p, 64);
     for (int64_t i = 0; i < D / 16; i += 4) {
         int64_t nd = min64(4, D / 16 - i);
@@ -328,6 +377,45 @@ TGT static void tiles_on(void) {
     cfg.palette = 1;
     for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
     _tile_loadconfig(&cfg);
+}
+#endif
+
+/* keys 0..valid-1 of a step (rows[t]: key t's K row) laid out as the scores' B operand: D / 32 tiles of [16 d-pairs]
+   [16 keys] for keys 0-15, then as many for 16-31; missing keys zero */
+TGT static void k_pairs(const uint16_t *const *rows, int64_t valid, int64_t D, uint32_t *kt) {
+    int64_t whole = valid / 16 * 16;                /* whole halves: 16 x 16 transposes of 32-bit d-pairs */
+    for (int64_t h = 0; h < whole / 16; h++)
+        for (int64_t i = 0; i < D / 32; i++) {
+            __m512i r[16], t[16], q[4][4];
+            for (int u = 0; u < 16; u++) r[u] = _mm512_loadu_si512(rows[h * 16 + u] + i * 32);
+            for (int u = 0; u < 16; u += 2) {       /* rows u, u+1: per 128-bit lane [a0 b0 a1 b1], [a2 b2 a3 b3] */
+                t[u] = _mm512_unpacklo_epi32(r[u], r[u + 1]);
+                t[u + 1] = _mm512_unpackhi_epi32(r[u], r[u + 1]);
+            }
+            for (int g = 0; g < 4; g++) {           /* rows 4g..4g+3: q[g][j], lane l holds their word 4l + j */
+                q[g][0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+                q[g][1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+                q[g][2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+                q[g][3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+            }
+            for (int j = 0; j < 4; j++) {           /* lane l of the four groups: word 4l + j of all 16 rows */
+                __m512i x0 = _mm512_shuffle_i32x4(q[0][j], q[1][j], 0x44);
+                __m512i x1 = _mm512_shuffle_i32x4(q[0][j], q[1][j], 0xee);
+                __m512i y0 = _mm512_shuffle_i32x4(q[2][j], q[3][j], 0x44);
+                __m512i y1 = _mm512_shuffle_i32x4(q[2][j], q[3][j], 0xee);
+                r[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+                r[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+                r[8 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+                r[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+            }
+            for (int u = 0; u < 16; u++) _mm512_storeu_si512(kt + ((h * (D / 32) + i) * 16 + u) * 16, r[u]);
+        }
+    memset(kt + whole / 16 * (D / 32) * 256, 0, (KT - whole) * D * 2);
+    for (int64_t u = whole; u < valid; u++) {
+        const uint32_t *kr = (const uint32_t *)rows[u];
+        for (int64_t i = 0; i < D / 2; i++)         /* key u, d-pair i */
+            kt[((u / 16) * (D / 32) + i / 16) * 256 + (i % 16) * 16 + u % 16] = kr[i];
+    }
 }
 
 /* A thread's scratch for a decode unit: Q as B pairs, a step's K rows and V pairs, scores both ways, weights, the
@@ -361,22 +449,33 @@ TGT static void decode_unit(const uint16_t *q, const uint16_t *k, const uint16_t
     memset(w.qt, 0, D * 32);
     memset(w.p, 0, 16 * KT * 2);
     for (int64_t c = 0; c < nc; c++) {
+#ifndef NO_TILES
         const uint32_t *qc = (const uint32_t *)(q + (g0 + c) * D);
         for (int64_t i = 0; i < D / 2; i++) w.qt[i * 16 + c] = qc[i];       /* d-pair i: row i % 16 of tile i / 16 */
+#endif
         w.m[c] = -INFINITY;
         memset(w.lv + c * 16, 0, 64);
         memset(w.acc + c * D, 0, D * 4);
     }
-    const uint16_t *vrow[KT];
+    const uint16_t *krow[KT], *vrow[KT];
     for (int64_t j = 0; j * KT < n; j++) {
         int64_t valid = min64(KT, n - j * KT);
-        for (int64_t t = 0; t < KT; t++) {
+        for (int64_t t = 0; t < valid; t++) {
             int64_t key = j * KT + t;
-            if (t >= valid) { memset(w.kb + t * D, 0, D * 2); continue; }
             int own = new_k && key == n - 1;
-            memcpy(w.kb + t * D, own ? new_k + h * D : k + slots[key] * KD + h * D, D * 2);
+            krow[t] = own ? new_k + h * D : k + slots[key] * KD + h * D;
             vrow[t] = own ? new_v + h * D : v + slots[key] * KD + h * D;
         }
+        float alpha[16];
+#ifdef NO_TILES
+        k_pairs(krow, valid, D, (uint32_t *)w.kb);
+        step_scores(q + g0 * D, D, nc, (const uint32_t *)w.kb, D, w.s);
+        for (int64_t c = 0; c < nc; c++)
+            alpha[c] = online_step(w.s + c * KT, valid, scale, w.m + c, w.lv + c * 16, w.p + c * KT);
+#else
+        for (int64_t t = 0; t < KT; t++)
+            if (t < valid) memcpy(w.kb + t * D, krow[t], D * 2);
+            else memset(w.kb + t * D, 0, D * 2);
         _tile_zero(0); _tile_zero(1);
         for (int64_t dt = 0; dt < D / 32; dt++) {
             _tile_loadd(4, w.kb + dt * 32, D * 2);
@@ -387,13 +486,13 @@ TGT static void decode_unit(const uint16_t *q, const uint16_t *k, const uint16_t
         }
         _tile_stored(0, w.s1, 64);
         _tile_stored(1, w.s1 + 256, 64);
-        float alpha[16];
         for (int64_t c = 0; c < nc; c++) {
             for (int64_t t = 0; t < KT; t++) w.s[c * KT + t] = w.s1[t * 16 + c];
             alpha[c] = online_step(w.s + c * KT, valid, scale, w.m + c, w.lv + c * 16, w.p + c * KT);
         }
+#endif
         v_pairs(vrow, valid, D, w.vp);
-        weighted_v(w.p, w.vp, D, w.o);
+        weighted_v(w.p, w.vp, D, w.o, nc);
         for (int64_t c = 0; c < nc; c++) acc_step(w.acc + c * D, w.o + c * D, alpha[c], D);
     }
     for (int64_t c = 0; c < nc; c++) finish_row(w.acc + c * D, w.lv + c * 16, D, out + (g0 + c) * D);
@@ -423,7 +522,7 @@ TGT int tile_decode_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
             decode_unit(q + r * H * D, k, v, win + r * W, ctx[r], new_k ? new_k + r * KVH * D : 0,
                         new_v ? new_v + r * KVH * D : 0, out + r * H * D, h, h * G + g0, nc, KVH, D, scale, w);
         }
-        _tile_release();
+        TILES_OFF();
     }
     free(scratch);
     return 0;
@@ -478,15 +577,12 @@ TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
                 }
             for (int64_t j = 0; j <= lastj; j++) {
                 int64_t valid = min64(KT, L - j * KT);
-                const uint16_t *vrow[KT];
-                /* K's d-pairs down the rows: B of the scores, keys 0-15 then 16-31, D / 32 tiles each */
-                memset(kt, 0, KT * D * 2);
+                const uint16_t *krow[KT], *vrow[KT];
                 for (int64_t u = 0; u < valid; u++) {
-                    const uint32_t *kr = (const uint32_t *)(k + win[j * KT + u] * KD + h * D);
+                    krow[u] = k + win[j * KT + u] * KD + h * D;
                     vrow[u] = v + win[j * KT + u] * KD + h * D;
-                    for (int64_t i = 0; i < D / 2; i++)         /* key u, d-pair i */
-                        kt[((u / 16) * (D / 32) + i / 16) * 256 + (i % 16) * 16 + u % 16] = kr[i];
                 }
+                k_pairs(krow, valid, D, kt);                    /* the scores' B: K's d-pairs down the rows */
                 v_pairs(vrow, valid, D, vp);
                 for (int64_t bi = 0; bi < nb; bi++) {
                     int64_t b = t + bi * nt, rows = min64(16, R - b * 16);
@@ -494,6 +590,9 @@ TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
                     for (int64_t gi = 0; gi < G; gi++) {
                         float *st = sets + (bi * G + gi) * set_floats, *m = st + 8 * D, *lv = m + 16, *acc = lv + 256;
                         uint16_t *qs = (uint16_t *)st;
+#ifdef NO_TILES
+                        step_scores(qs, D, rows, kt, D, s);
+#else
                         _tile_zero(0); _tile_zero(1);
                         for (int64_t dt = 0; dt < D / 32; dt++) {
                             _tile_loadd(4, qs + dt * 32, D * 2);
@@ -504,6 +603,7 @@ TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
                         }
                         _tile_stored(0, s, KT * 4);
                         _tile_stored(1, s + 16, KT * 4);
+#endif
                         float alpha[16];
                         int64_t sees[16];
                         for (int64_t c = 0; c < 16; c++) {
@@ -512,7 +612,7 @@ TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
                                 alpha[c] = online_step(s + c * KT, sees[c], scale, m + c, lv + c * 16, p + c * KT);
                             else memset(p + c * KT, 0, KT * 2);
                         }
-                        weighted_v(p, vp, D, o);
+                        weighted_v(p, vp, D, o, rows);
                         for (int64_t c = 0; c < rows; c++)
                             if (sees[c] > 0) acc_step(acc + c * D, o + c * D, alpha[c], D);
                     }
@@ -526,9 +626,8 @@ TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
                         finish_row(acc + c * D, lv + c * 16, D, out + ((b * 16 + c) * H + h * G + gi) * D);
                 }
         }
-        _tile_release();
+        TILES_OFF();
     }
     free(scratch);
     return 0;
 }
-#endif
