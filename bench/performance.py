@@ -25,7 +25,8 @@ NOTEBOOKS = ('nbs/index.ipynb', 'nbs/24_offline_bench.ipynb')
 # --llamacpp-venv; goodput: side_by_side.py --goodput; openvino: bench/peers/openvino_side_by_side.py; quant:
 # bench/capture_cpu.py --arms eager,int8,int4 (nanoserve's quantized modes against its bfloat16); memory:
 # bench/memory.py (peak resident memory against the budget: a lead above 1 is within it); ab: nanoserve alone
-# before and after a change (bench/offline_ab.sh's layout).
+# before and after a change (bench/offline_ab.sh's layout); prefill: `nanoserve bench prefill --compare-modes
+# --compare-vllm` (one prompt at a time, or a crowd, to its first token).
 FAMILIES = [
     dict(folder='zen4', title='AMD Zen 4 VM', date='2026-12-04', commits='beff1e6, 7b7101f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
@@ -165,6 +166,27 @@ def memory_rows(rows: list[dict]) -> list[str]:
                        float(r['budget_mb']), lower_is_better=True))
     return out
 
+def prefill_rows(rows: list[dict]) -> list[str]:
+    """`nanoserve bench prefill --compare-modes --compare-vllm`: each mode's time to the first token beside vLLM's on
+    the same token ids, a row per prompt length, batch and mode (medians of the rounds)."""
+    key = lambda r: (r['engine'], int(r['prompt_len']), int(r['batch']))
+    runs = {}
+    for r in rows: runs.setdefault(key(r), []).append(r)
+    out = []
+    for (engine, n, batch), rs in runs.items():
+        if engine.startswith('vllm '): continue
+        peer = next((k for k in runs if k[0].startswith('vllm ') and k[1:] == (n, batch)), None)
+        if peer is None: continue
+        mode = '' if engine == 'nanoserve' else ', `--no-batch-invariant`'
+        what = (f"a {n:,}-token prompt alone{mode}: TTFT ms" if batch == 1 else
+                f"{batch} prompts of {n:,} tokens at once{mode}: TTFT mean ms")
+        threads = int(rs[0]['threads'])
+        what += f" (median of {len(rs)} round{'s' * (len(rs) > 1)}, {threads} thread{'s' * (threads > 1)})"
+        out.append(row(what, rs[0]['dtype'],
+                       median(rs, 'ttft_mean_ms'), peer_name(peer[0]), median(runs[peer], 'ttft_mean_ms'),
+                       lower_is_better=True))
+    return out
+
 def ab_line(rows: list[dict], path: str) -> str:
     "nanoserve alone before and after a later change on this family: the ratio of the medians, per dtype and batch."
     keys = dict.fromkeys((r['dtype'], r['batch']) for r in rows)
@@ -201,7 +223,7 @@ def family_table(fam: dict, latest: Path) -> str:
                                                                                 'llama.cpp prompt lookup'),)),
                   'speculative_draft': lambda rows: speculative_rows(rows, method='draft',
                                                                     label=f" (int4 self-draft, `{name}`)"),
-                  'memory': memory_rows}[kind](rows)
+                  'memory': memory_rows, 'prefill': prefill_rows}[kind](rows)
     commits = fam['commits'].split(', ')
     head = [f"### {fam['title']}, {fam['date']}", '', ' '.join(f'`{m}`.' for m in machines),
             f"From {', '.join(cited)} (commit{'s' * (len(commits) > 1)} {', '.join(commits)}).", '',

@@ -133,8 +133,13 @@ class PagedAttention(AttentionBackend):
         if nd: out[:nd] = self.decodes(q[:nd], kc, vc)
         if self._chunk_slots is None: self._chunk_slots = [self.cache.slots[c.row, :c.context_len].to(torch.int64)
                                                            for c in m.chunks[nd:]]
+        shared = self.prefill_kernel and tile_order_applies(q.dtype, q.shape[1], kc.shape[1], q.shape[2])
         for c, idx in zip(m.chunks[nd:], self._chunk_slots):
             a, b = c.start, c.start + c.num_tokens
+            # the shared order where it applies (memory by the chunk, not the context), else the chunk kernel
+            if shared and (o := token_attention(q[a:b], kc, vc, idx, m.positions[a:b] + 1)) is not None:
+                out[a:b] = o
+                continue
             if self.prefill_kernel and kernel_prefill_attention(q[a:b], kc, vc, idx, out[a:b]) is not None: continue
             # the chunk is its whole sequence: K/V as computed
             if c.context_len == c.num_tokens and k.dtype == kc.dtype: K, V = k[a:b], v[a:b]

@@ -71,9 +71,10 @@ class EngineConfig:
     kv_cache_gb: float | None = _flag(None, 'KV pool size in GiB (default: from memory)')
     batch_invariant: bool | None = _flag(None, "a request's tokens and logprobs the same, bit for bit, whatever "
                                          "else runs beside it: every product one kernel at every row count, every "
-                                         "token's attention through the decode kernel; default: on where those "
+                                         "token's attention in the decode rows' order; default: on where those "
                                          "kernels run here (the CPU), else off; --no-batch-invariant: oneDNN's "
-                                         "products past 32 rows and the prefill kernel's attention")
+                                         "products past 32 rows, and attention in the shared order where it "
+                                         "applies, else the prefill kernel's")
     seed: int | None = _flag(0, "the seed of requests that give none, as vLLM's --seed: the n-th of them samples with "
                              "a seed drawn from this and n, so the same requests in the same order get the same "
                              "answers on every run (a request's own seed wins; generate's and chat's --seed is that)")

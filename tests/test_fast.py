@@ -153,11 +153,12 @@ LONG = ' '.join(['The history of the river valley begins with the first farmers,
 
 def test_prefill_kernel_greedy_text_equals_sdpa(default_model, f32_reference):
     """Day 11's prefill attention (AMX's tiles, or AVX512-BF16's dot products) against SDPA (`--no-prefill-kernel`), its reference, in bfloat16 on the default model: the kernel
-    runs in the prefill (the profiler names it), as close to float32 as SDPA by teacher forcing (a batch of four and two prompts
+    runs in the prefill (the profiler names it: the shared order's `token_attention` where it applies, as on every CPU with
+    either, else the chunk kernel), as close to float32 as SDPA by teacher forcing (a batch of four and two prompts
     alone, and a 100-token prompt prefilled whole and in 16-token chunks), and the first step's top logprobs within TIE of SDPA's.
-    The batch-invariant mode (the default here) attends every token through the decode kernel: these leave it."""
+    The batch-invariant mode (the default here) attends every token in the decode rows' order: these leave it."""
     from torch.profiler import profile, ProfilerActivity
-    from nanoserve.prefill_kernel import prefill_kernel, prefill_kernel_error
+    from nanoserve.prefill_kernel import prefill_kernel, prefill_kernel_error, tile_order_applies
     from nanoserve.fast import bf16_isa
     if bf16_isa() is None: pytest.skip('the kernel is for CPUs with AMX or AVX512-BF16')
     assert prefill_kernel() is not None, prefill_kernel_error()
@@ -166,7 +167,10 @@ def test_prefill_kernel_greedy_text_equals_sdpa(default_model, f32_reference):
     ker = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', batch_invariant=False))
     assert not ref.runner.prefill_kernel and ker.runner.prefill_kernel
     with profile(activities=[ProfilerActivity.CPU]) as prof: ker.generate([LONG], SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
-    assert any(e.key == 'nanoserve::prefill_attention' for e in prof.key_averages())
+    cfg = ker.model.config
+    shared = tile_order_applies(torch.bfloat16, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+    name = 'nanoserve::token_attention_kernel' if shared else 'nanoserve::prefill_attention'
+    assert any(e.key == name for e in prof.key_averages())
     assert_teacher_forced_as_close(f32_reference, ref, ker)
     chunked = Engine.build(default_model, config=EngineConfig(dtype='bfloat16', max_num_batched_tokens=16,
                                                               max_mixed_batched_tokens=16, batch_invariant=False))

@@ -256,34 +256,55 @@ TGT int prefill_attention_bf16(const uint16_t *q, int64_t ldq, const uint16_t *k
 #define KT 32                                   /* keys in a step of the online softmax */
 #define MAXD 256
 
-/* A query's step over keys 32j.. of which it sees the first `valid` (1..32): its 32 scores s (float32, as the tile
-   wrote them) scaled and masked, its running max m and lanewise sum lv brought up to date, its weights exp(x - max)
-   rounded to bfloat16 into p (0 for keys it does not see); returns the factor its earlier sums take. */
-TGT __attribute__((noinline)) static float online_step(const float *s, int64_t valid, float scale, float *m, float *lv,
-                                                       uint16_t *p) {
-    __mmask16 m0 = valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1);
-    __mmask16 m1 = valid >= 32 ? 0xffff : valid > 16 ? (__mmask16)((1u << (valid - 16)) - 1) : 0;
-    __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale);
-    __m512 x0 = _mm512_mask_mul_ps(ninf, m0, _mm512_loadu_ps(s), sc);
-    __m512 x1 = _mm512_mask_mul_ps(ninf, m1, _mm512_loadu_ps(s + 16), sc);
-    float top = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
-    float mn = top > *m ? top : *m;
-    __m512 mv = _mm512_set1_ps(mn);
-    /* the first step's earlier max is -inf: exp16 clamps, and the factor multiplies zeros */
-    float alpha = _mm512_cvtss_f32(exp16(_mm512_set1_ps(*m - mn)));
-    __m512 e0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(x0, mv)));
-    __m512 e1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(x1, mv)));
-    _mm512_storeu_ps(lv, _mm512_fmadd_ps(_mm512_loadu_ps(lv), _mm512_set1_ps(alpha), _mm512_add_ps(e0, e1)));
-    _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
-    *m = mn;
-    return alpha;
+/* A step over keys 32j.. for up to 16 queries, row c seeing the first sees[c] of them (1..32; none: the row is left
+   as it was and its weights are zero): its 32 scores s[c] (float32, as the products wrote them) scaled and masked,
+   its running max m[c] and lanewise sum lv[c] brought up to date, its weights exp(x - max) rounded to bfloat16 into
+   p[c]; alpha[c], the factor its earlier sums take. Every row's arithmetic is its own (the factors are one vector's
+   lanes), so a row's bits do not depend on the others. */
+TGT __attribute__((noinline)) static void online_step(const float *s, const int64_t *sees, int64_t nr, float scale,
+                                                      float *m, float *lv, uint16_t *p, float *alpha) {
+    __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale), x[16][2];
+    float before[16], now[16];
+    __mmask16 mk[16][2];
+    for (int64_t c = 0; c < 16; c++) {
+        before[c] = now[c] = 0.f;
+        if (c >= nr || sees[c] <= 0) continue;
+        int64_t valid = sees[c];
+        __mmask16 m0 = valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1);
+        __mmask16 m1 = valid >= 32 ? 0xffff : valid > 16 ? (__mmask16)((1u << (valid - 16)) - 1) : 0;
+        x[c][0] = _mm512_mask_mul_ps(ninf, m0, _mm512_loadu_ps(s + c * KT), sc);
+        x[c][1] = _mm512_mask_mul_ps(ninf, m1, _mm512_loadu_ps(s + c * KT + 16), sc);
+        mk[c][0] = m0;
+        mk[c][1] = m1;
+        float top = _mm512_reduce_max_ps(_mm512_max_ps(x[c][0], x[c][1]));
+        before[c] = m[c];
+        now[c] = m[c] = top > m[c] ? top : m[c];
+    }
+    /* the factors, all rows at once; a first step's earlier max is -inf: exp16 clamps, and the factor multiplies
+       zeros */
+    _mm512_storeu_ps(alpha, exp16(_mm512_sub_ps(_mm512_loadu_ps(before), _mm512_loadu_ps(now))));
+    for (int64_t c = 0; c < 16; c++) {
+        if (c >= nr || sees[c] <= 0) { memset(p + c * KT, 0, KT * 2); continue; }
+        __m512 mv = _mm512_set1_ps(now[c]);
+        __m512 e0 = exp16(_mm512_sub_ps(x[c][0], mv)), e1 = exp16(_mm512_sub_ps(x[c][1], mv));
+        e0 = _mm512_maskz_mov_ps(mk[c][0], e0);
+        e1 = _mm512_maskz_mov_ps(mk[c][1], e1);
+        _mm512_storeu_ps(lv + c * 16, _mm512_fmadd_ps(_mm512_loadu_ps(lv + c * 16), _mm512_set1_ps(alpha[c]),
+                                                      _mm512_add_ps(e0, e1)));
+        _mm512_storeu_si512(p + c * KT, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+    }
 }
 
-/* acc = acc * alpha + o, D floats */
-TGT __attribute__((noinline)) static void acc_step(float *acc, const float *o, float alpha, int64_t D) {
-    __m512 a = _mm512_set1_ps(alpha);
-    for (int64_t d = 0; d < D; d += 16)
-        _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(_mm512_loadu_ps(acc + d), a, _mm512_loadu_ps(o + d)));
+/* acc[c] = acc[c] * alpha[c] + o[c], D floats, for the rows that saw keys of the step */
+TGT __attribute__((noinline)) static void acc_step(float *acc, const float *o, const float *alpha, const int64_t *sees,
+                                                   int64_t nr, int64_t D) {
+    for (int64_t c = 0; c < nr; c++) {
+        if (sees[c] <= 0) continue;
+        __m512 a = _mm512_set1_ps(alpha[c]);
+        for (int64_t d = 0; d < D; d += 16)
+            _mm512_storeu_ps(acc + c * D + d, _mm512_fmadd_ps(_mm512_loadu_ps(acc + c * D + d), a,
+                                                              _mm512_loadu_ps(o + c * D + d)));
+    }
 }
 
 /* a query's output: acc over the sum of its weights, rounded to bfloat16 */
@@ -467,11 +488,11 @@ TGT static void decode_unit(const uint16_t *q, const uint16_t *k, const uint16_t
             vrow[t] = own ? new_v + h * D : v + slots[key] * KD + h * D;
         }
         float alpha[16];
+        int64_t sees[16];
+        for (int64_t c = 0; c < 16; c++) sees[c] = c < nc ? valid : 0;
 #ifdef NO_TILES
         k_pairs(krow, valid, D, (uint32_t *)w.kb);
         step_scores(q + g0 * D, D, nc, (const uint32_t *)w.kb, D, w.s);
-        for (int64_t c = 0; c < nc; c++)
-            alpha[c] = online_step(w.s + c * KT, valid, scale, w.m + c, w.lv + c * 16, w.p + c * KT);
 #else
         for (int64_t t = 0; t < KT; t++)
             if (t < valid) memcpy(w.kb + t * D, krow[t], D * 2);
@@ -486,14 +507,13 @@ TGT static void decode_unit(const uint16_t *q, const uint16_t *k, const uint16_t
         }
         _tile_stored(0, w.s1, 64);
         _tile_stored(1, w.s1 + 256, 64);
-        for (int64_t c = 0; c < nc; c++) {
+        for (int64_t c = 0; c < nc; c++)
             for (int64_t t = 0; t < KT; t++) w.s[c * KT + t] = w.s1[t * 16 + c];
-            alpha[c] = online_step(w.s + c * KT, valid, scale, w.m + c, w.lv + c * 16, w.p + c * KT);
-        }
 #endif
+        online_step(w.s, sees, nc, scale, w.m, w.lv, w.p, alpha);
         v_pairs(vrow, valid, D, w.vp);
         weighted_v(w.p, w.vp, D, w.o, nc);
-        for (int64_t c = 0; c < nc; c++) acc_step(w.acc + c * D, w.o + c * D, alpha[c], D);
+        acc_step(w.acc, w.o, alpha, sees, nc, D);
     }
     for (int64_t c = 0; c < nc; c++) finish_row(w.acc + c * D, w.lv + c * 16, D, out + (g0 + c) * D);
 }
@@ -531,8 +551,8 @@ TGT int tile_decode_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
 /* A prefill chunk's R tokens of one sequence in the tiles' order (token_attention_bf16's arguments: token i sees the
    first ctx[i] of the keys at win): a set is 16 consecutive tokens' queries of one head, in A's rows; a step's keys go
    into B's columns (K's d-pairs down the rows), copied once per KV head and step for all of a thread's sets. The
-   blocks of 16 tokens go to the threads in turn; a thread keeps its sets' states for one KV head at a time, so its
-   memory grows with the chunk, not the context. */
+   (KV head, block of 16 tokens) pairs go to the threads in turn; a thread keeps its sets' states for one KV head at a
+   time, so its memory grows with the chunk, not the context. */
 TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, const int64_t *win,
                          const int64_t *ctx, uint16_t *out, int64_t R, int64_t H, int64_t KVH, int64_t D, float scale,
                          int nthreads) {
@@ -540,7 +560,7 @@ TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
     if (nthreads < 1) nthreads = 1;
     int64_t G = H / KVH, KD = KVH * D, blocks = (R + 15) / 16, L = 0;
     for (int64_t i = 0; i < R; i++) L = ctx[i] > L ? ctx[i] : L;
-    int64_t mine = (blocks + nthreads - 1) / nthreads;               /* a thread's blocks, at most */
+    int64_t mine = (blocks + nthreads - 1) / nthreads;               /* a thread's blocks under a KV head, at most */
     /* per set: queries (16 x D bfloat16), max, lanewise sums, output */
     int64_t set_floats = 8 * D + 16 + 256 + 16 * D;
     /* per thread: a step's K pairs and V pairs, scores, weights, the tile's output, then its sets */
@@ -556,19 +576,24 @@ TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
         uint32_t *kt = (uint32_t *)f;
         uint16_t *vp = (uint16_t *)(f + 16 * D), *p = (uint16_t *)(f + 32 * D + 16 * KT);
         float *s = f + 32 * D, *o = f + 32 * D + 16 * KT + 16 * KT / 2, *sets = f + step_floats;
-        int64_t nb = 0, lastj = -1;
-        int64_t tops[mine];                                               /* each of its blocks' most keys */
-        for (int64_t b = t; b < blocks; b += nt, nb++) {
-            tops[nb] = 0;
-            for (int64_t i = b * 16; i < min64(R, b * 16 + 16); i++) tops[nb] = ctx[i] > tops[nb] ? ctx[i] : tops[nb];
-            lastj = (tops[nb] - 1) / KT > lastj ? (tops[nb] - 1) / KT : lastj;
-        }
         for (int64_t h = 0; h < KVH; h++) {
+            /* the thread's blocks under this KV head: (head, block) pairs dealt in turn, so that even one block's
+               heads spread over the threads */
+            int64_t nb = 0, lastj = -1, bl[mine], tops[mine];
+            for (int64_t b = 0; b < blocks; b++) {
+                if ((h * blocks + b) % nt != t) continue;
+                bl[nb] = b;
+                tops[nb] = 0;                                           /* the block's most keys */
+                for (int64_t i = b * 16; i < min64(R, b * 16 + 16); i++)
+                    tops[nb] = ctx[i] > tops[nb] ? ctx[i] : tops[nb];
+                lastj = (tops[nb] - 1) / KT > lastj ? (tops[nb] - 1) / KT : lastj;
+                nb++;
+            }
             for (int64_t bi = 0; bi < nb; bi++)
                 for (int64_t gi = 0; gi < G; gi++) {
                     float *st = sets + (bi * G + gi) * set_floats;
                     uint16_t *qs = (uint16_t *)st;
-                    int64_t b = t + bi * nt, rows = min64(16, R - b * 16);
+                    int64_t b = bl[bi], rows = min64(16, R - b * 16);
                     for (int64_t c = 0; c < 16; c++)
                         if (c < rows) memcpy(qs + c * D, q + ((b * 16 + c) * H + h * G + gi) * D, D * 2);
                         else memset(qs + c * D, 0, D * 2);
@@ -585,7 +610,7 @@ TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
                 k_pairs(krow, valid, D, kt);                    /* the scores' B: K's d-pairs down the rows */
                 v_pairs(vrow, valid, D, vp);
                 for (int64_t bi = 0; bi < nb; bi++) {
-                    int64_t b = t + bi * nt, rows = min64(16, R - b * 16);
+                    int64_t b = bl[bi], rows = min64(16, R - b * 16);
                     if (tops[bi] <= j * KT) continue;
                     for (int64_t gi = 0; gi < G; gi++) {
                         float *st = sets + (bi * G + gi) * set_floats, *m = st + 8 * D, *lv = m + 16, *acc = lv + 256;
@@ -606,22 +631,17 @@ TGT int tile_tokens_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v
 #endif
                         float alpha[16];
                         int64_t sees[16];
-                        for (int64_t c = 0; c < 16; c++) {
-                            sees[c] = c < rows ? min64(KT, ctx[b * 16 + c] - j * KT) : 0;
-                            if (sees[c] > 0)
-                                alpha[c] = online_step(s + c * KT, sees[c], scale, m + c, lv + c * 16, p + c * KT);
-                            else memset(p + c * KT, 0, KT * 2);
-                        }
+                        for (int64_t c = 0; c < 16; c++) sees[c] = c < rows ? min64(KT, ctx[b * 16 + c] - j * KT) : 0;
+                        online_step(s, sees, 16, scale, m, lv, p, alpha);
                         weighted_v(p, vp, D, o, rows);
-                        for (int64_t c = 0; c < rows; c++)
-                            if (sees[c] > 0) acc_step(acc + c * D, o + c * D, alpha[c], D);
+                        acc_step(acc, o, alpha, sees, rows, D);
                     }
                 }
             }
             for (int64_t bi = 0; bi < nb; bi++)
                 for (int64_t gi = 0; gi < G; gi++) {
                     float *st = sets + (bi * G + gi) * set_floats, *lv = st + 8 * D + 16, *acc = lv + 256;
-                    int64_t b = t + bi * nt, rows = min64(16, R - b * 16);
+                    int64_t b = bl[bi], rows = min64(16, R - b * 16);
                     for (int64_t c = 0; c < rows; c++)
                         finish_row(acc + c * D, lv + c * 16, D, out + ((b * 16 + c) * H + h * G + gi) * D);
                 }
