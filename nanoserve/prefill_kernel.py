@@ -25,10 +25,10 @@ def _declare(lib):
     f.restype = ctypes.c_int
     P, I = ctypes.c_void_p, ctypes.c_int64
     f.argtypes = [P, I, P, P, P, I, I, P, I, I, I, I, ctypes.c_float, ctypes.c_int]
-    if hasattr(lib, 'tile_decode_bf16'):          # the tiles' batch-invariant order: the AMX build only
-        lib.tile_decode_bf16.restype = lib.tile_tokens_bf16.restype = ctypes.c_int
-        lib.tile_decode_bf16.argtypes = [P] * 4 + [I] + [P] * 4 + [I] * 4 + [ctypes.c_float, ctypes.c_int]
-        lib.tile_tokens_bf16.argtypes = [P] * 6 + [I] * 4 + [ctypes.c_float, ctypes.c_int]
+    # the shared batch-invariant order (either build)
+    lib.tile_decode_bf16.restype = lib.tile_tokens_bf16.restype = ctypes.c_int
+    lib.tile_decode_bf16.argtypes = [P] * 4 + [I] + [P] * 4 + [I] * 4 + [ctypes.c_float, ctypes.c_int]
+    lib.tile_tokens_bf16.argtypes = [P] * 6 + [I] * 4 + [ctypes.c_float, ctypes.c_int]
     if lib.prefill_amx_enable() != 0:
         raise OSError("Linux did not grant this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
 
