@@ -1,6 +1,7 @@
 "`nanoserve chat` driven as a user drives it: lines on its stdin (two turns, /reset, /quit), offline and against a live server with --url; and through a pseudo-terminal."
 import os, pty, select, signal, subprocess, sys, time
 from pathlib import Path
+from typing import Callable
 import httpx, pytest
 from nanoserve.tiny import tiny_checkpoint, CHAT_SPECIALS
 from nanoserve.engine import Engine
@@ -126,11 +127,20 @@ def long_model(tmp_path_factory):
                            chat_template=CHATML, max_position_embeddings=int(LONG_CONTEXT), eos_token_id=None, bos_token_id=None,
                            vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 
-def stop_an_answer(t: Terminal, question: bytes, typed_ahead: bytes = b'') -> bytes:
+def stop_an_answer(t: Terminal, question: bytes, typed_ahead: bytes = b'',
+                   running: Callable[[], bool] | None = None) -> bytes:
     """Ask `question` at the prompt, wait until its answer streams, type `typed_ahead` during it, press Ctrl-C; what the
-    answer printed before the stop."""
+    answer printed before the stop. `running`: where a server answers, a check that it holds the request, which must
+    hold (and more of the answer print) before Ctrl-C is sent: the line editor has then surely given the terminal back
+    (a Ctrl-C it catches itself reaches Python only with its next key, after the answer)."""
     t.write(question + b'\n')
-    begun = t.read_more(t.read_until(question + b'\r\n') + len(question) + 2)
+    asked = t.read_until(question + b'\r\n')
+    begun = t.read_more(asked + len(question) + 2)
+    if running is not None:
+        deadline = time.monotonic() + 120                # bounds a failure only
+        while not running():
+            assert time.monotonic() < deadline, f'the server never ran the question: {t.seen[asked:][:500]!r}'
+        begun = t.read_more(len(t.seen))
     if typed_ahead: t.write(typed_ahead)
     t.write(b'\x03')
     stopped = t.read_until(STOPPED.encode(), begun)
@@ -163,7 +173,7 @@ def test_ctrl_c_with_url_closes_the_stream_and_the_server_aborts(long_model):
     with spawn_server(long_model, '--dtype', 'float32', '--max-model-len', LONG_CONTEXT) as (url, _):
         with Terminal('--url', url, '--temperature', '0') as t:
             assert t.read_until(b'> ') >= 0
-            stop_an_answer(t, b'hello')
+            stop_an_answer(t, b'hello', running=lambda: health_stats(url)['num_running'] == 1)
             t.read_until(b'> ', t.seen.rfind(STOPPED.encode()))
             # synchronised on the server's own counters: the abort reaches its engine once the closed stream is noticed (the
             # deadline only bounds a failure; a reading may fall between the engine's abort and its count)
