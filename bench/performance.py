@@ -26,7 +26,8 @@ NOTEBOOKS = ('nbs/index.ipynb', 'nbs/24_offline_bench.ipynb')
 # bench/capture_cpu.py --arms eager,int8,int4 (nanoserve's quantized modes against its bfloat16); memory:
 # bench/memory.py (peak resident memory against the budget: a lead above 1 is within it); ab: nanoserve alone
 # before and after a change (bench/offline_ab.sh's layout); prefill: `nanoserve bench prefill --compare-modes
-# --compare-vllm` (one prompt at a time, or a crowd, to its first token).
+# --compare-vllm` (one prompt at a time, or a crowd, to its first token); shaped_*: side_by_side.py --model on a
+# real-size shape (bench/shaped_checkpoint.py), its crowd and 1 request/s.
 FAMILIES = [
     dict(folder='zen4', title='AMD Zen 4 VM', date='2026-12-04', commits='beff1e6, 7b7101f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
@@ -39,8 +40,9 @@ FAMILIES = [
                ('speculative_draft', 'speculative_draft_run2.csv'), ('memory', 'memory.csv'),
                ('ab', 'device_discipline_ab.csv')]),
     dict(folder='sapphire_rapids', title='Intel Sapphire Rapids VM (AMX)', date='2026-12-02 and 2026-12-06',
-         commits='6c17c3f, 085832b',
-         runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('prefill', 'prefill.csv')]),
+         commits='6c17c3f, 085832b, 4e38734',
+         runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('prefill', 'prefill.csv'),
+               ('shaped_1.7b', 'side_by_side_1.7b_shape.csv'), ('shaped_360m', 'side_by_side_360m_shape.csv')]),
     dict(folder='h200', title='NVIDIA H200', date='2026-12-04', commits='dea9936',
          note="nanoserve with `--cuda-graphs`, on SmolLM2-135M's shapes with random weights, from a copy of the"
               ' project at that commit with one line patched (see bench/results/latest/README.md)',
@@ -86,6 +88,26 @@ def side_by_side_rows(rows: list[dict]) -> list[str]:
         ours = pick('nanoserve')
         where = f"a crowd of {ours[0]['num_requests']}" if mode == 'crowd' else f"{float(mode):g} requests/s"
         what = f"server, {where}: {name} (median of {rounds} rounds)"
+        out.append(row(what, dt, median(ours, key), 'vLLM (CPU)', median(pick('vllm'), key), lower))
+    return out
+
+SHAPED_ROWS = [('crowd', 'output_throughput', 'output tok/s', False), ('crowd', 'ttft_p50_ms', 'TTFT p50 ms', True),
+               ('crowd', 'itl_p99_ms', 'ITL p99 ms', True), ('1.0', 'output_throughput', 'output tok/s', False),
+               ('1.0', 'ttft_p50_ms', 'TTFT p50 ms', True)]
+
+SHAPES = {'shaped_1.7b': 'SmolLM2-1.7B shape', 'shaped_360m': 'SmolLM2-360M shape'}
+
+def shaped_rows(rows: list[dict], model: str) -> list[str]:
+    """A real-size shape's crowd and 1 request/s (bench/peers/side_by_side.py --model DIR --rates 1): medians of the
+    interleaved rounds, the model named in each measure."""
+    out, dt = [], rows[0]['dtype']
+    rounds = len({r['label'] for r in rows if r['label'].startswith('nanoserve')})
+    for mode, key, name, lower in SHAPED_ROWS:
+        pick = lambda server: [r for r in rows
+                               if r['label'].split()[0] == server and (r['mode'] == mode or r['rate'] == mode)]
+        ours = pick('nanoserve')
+        where = f"a crowd of {ours[0]['num_requests']}" if mode == 'crowd' else f"{float(mode):g} request/s"
+        what = f"{model}, server, {where}: {name} (median of {rounds} rounds)"
         out.append(row(what, dt, median(ours, key), 'vLLM (CPU)', median(pick('vllm'), key), lower))
     return out
 
@@ -216,6 +238,11 @@ def family_table(fam: dict, latest: Path) -> str:
             plan = rows[0]['plan'].removesuffix(' crowd')
             cores = rows[0]['server_cpus']
             notes.insert(0, f"The server rows' plan: `{plan}`; each server on {cores} core, the client on another.")
+        if kind in SHAPES:
+            plan = rows[0]['plan'].removesuffix(' crowd')
+            notes.append(f"The {SHAPES[kind]} rows: `{plan}` and 1 request/s on a random checkpoint of that shape with "
+                         "the default model's tokenizer (bench/shaped_checkpoint.py; speed does not depend on the "
+                         "weights' values).")
         cited.append(f"`{rel}`")
         lines += {'offline': offline_rows, 'side_by_side': side_by_side_rows, 'llamacpp': llamacpp_rows,
                   'goodput': goodput_rows, 'openvino': openvino_rows, 'quant': quant_rows,
@@ -224,7 +251,8 @@ def family_table(fam: dict, latest: Path) -> str:
                                                                                 'llama.cpp prompt lookup'),)),
                   'speculative_draft': lambda rows: speculative_rows(rows, method='draft',
                                                                     label=f" (int4 self-draft, `{name}`)"),
-                  'memory': memory_rows, 'prefill': prefill_rows}[kind](rows)
+                  'memory': memory_rows, 'prefill': prefill_rows,
+                  **{k: lambda rows, m=m: shaped_rows(rows, m) for k, m in SHAPES.items()}}[kind](rows)
     commits = fam['commits'].split(', ')
     head = [f"### {fam['title']}, {fam['date']}", '', ' '.join(f'`{m}`.' for m in machines),
             f"From {', '.join(cited)} (commit{'s' * (len(commits) > 1)} {', '.join(commits)}).", '',
@@ -286,8 +314,9 @@ in the same run on the same machine. "lead" is nanoserve's throughput over the p
 nanoserve's: above 1 nanoserve is ahead. Every machine's tables, with their commands, machines and commits, are on
 [the performance page](performance.ipynb); `python bench/performance.py --write` writes both from `bench/results/latest/`.
 These leads were won on a 135M model with short prompts: a long prompt's first token still comes a little later than
-vLLM's (the 4,000-token row), and on real-size models the lead shrinks (the prefill notebook,
-[Day 65](65_prefill_bench.ipynb), measures them)."""
+vLLM's (the 4,000-token row), and on real-size models the lead shrinks: a SmolLM2-1.7B-shaped crowd is even with
+vLLM on the AMX machine (0.98x output, the performance page; the prefill notebook, [Day 65](65_prefill_bench.ipynb),
+measures why)."""
 
 def render(latest: Path = LATEST) -> str:
     "The README's section, markdown: a preface, the headline table and its plot."

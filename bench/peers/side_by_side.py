@@ -241,13 +241,20 @@ def servers(args, path, name, ncpu):
     ours = lambda port: nanoserve_command(path, port, '--served-model-name', name, '--max-batch-size', str(args.max_batch_size),
                                           '--dtype', args.dtype, '--max-model-len', str(args.max_model_len), *args.nanoserve_flags.split())
     vllm = lambda port: ['bash', str(HERE/'serve_vllm.sh'), str(path), str(port), '--max-num-seqs', str(args.max_batch_size)]
-    return {'nanoserve': (ours, {'OMP_NUM_THREADS': str(ncpu)}),
-            'vllm': (vllm, {'SERVED_NAME': name, 'DTYPE': args.dtype, 'MAX_MODEL_LEN': str(args.max_model_len)})}
+    table = {'nanoserve': (ours, {'OMP_NUM_THREADS': str(ncpu)}),
+             'vllm': (vllm, {'SERVED_NAME': name, 'DTYPE': args.dtype, 'MAX_MODEL_LEN': str(args.max_model_len)})}
+    for variant in args.variant:
+        label, _, flags = variant.partition('=')
+        if not label or label in table: raise SystemExit(f"--variant {variant!r}: give NAME=FLAGS with a new NAME")
+        table[label] = (lambda port, flags=flags: ours(port) + flags.split(), {'OMP_NUM_THREADS': str(ncpu)})
+    return table
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--model', default=None, help='model directory (default: the pulled default model)')
     p.add_argument('--servers', default='nanoserve,vllm')
+    p.add_argument('--variant', action='append', default=[], metavar='NAME=FLAGS',
+                   help='another nanoserve server named NAME, with FLAGS after --nanoserve-flags; list NAME in --servers')
     p.add_argument('--server-cpus', default='1'); p.add_argument('--client-cpus', default='0')
     p.add_argument('--num-requests', type=int, default=32)
     p.add_argument('--input-len', default='32:128'); p.add_argument('--output-len', default='64')
