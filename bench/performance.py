@@ -101,7 +101,7 @@ def shaped_rows(rows: list[dict], model: str) -> list[str]:
     """A real-size shape's crowd and 1 request/s (bench/peers/side_by_side.py --model DIR --rates 1): medians of the
     interleaved rounds, the model named in each measure."""
     out, dt = [], rows[0]['dtype']
-    rounds = len({r['label'] for r in rows if r['label'].startswith('nanoserve')})
+    rounds = len({r['label'] for r in rows if r['label'].split()[0] == 'nanoserve'})
     for mode, key, name, lower in SHAPED_ROWS:
         pick = lambda server: [r for r in rows
                                if r['label'].split()[0] == server and (r['mode'] == mode or r['rate'] == mode)]
@@ -314,9 +314,9 @@ in the same run on the same machine. "lead" is nanoserve's throughput over the p
 nanoserve's: above 1 nanoserve is ahead. Every machine's tables, with their commands, machines and commits, are on
 [the performance page](performance.ipynb); `python bench/performance.py --write` writes both from `bench/results/latest/`.
 These leads were won on a 135M model with short prompts: a long prompt's first token still comes a little later than
-vLLM's (the 4,000-token row), and on real-size models the lead shrinks: a SmolLM2-1.7B-shaped crowd is even with
-vLLM on the AMX machine (0.98x output, the performance page; the prefill notebook, [Day 65](65_prefill_bench.ipynb),
-measures why)."""
+vLLM's (the 4,000-token row), and on real-size models the lead shrinks: on the AMX machine a SmolLM2-1.7B-shaped
+crowd is about even with vLLM on output and behind it on ITL (the performance page; the prefill notebook,
+[Day 65](65_prefill_bench.ipynb), measures why)."""
 
 def render(latest: Path = LATEST) -> str:
     "The README's section, markdown: a preface, the headline table and its plot."

@@ -32,7 +32,7 @@ warm-up's), OUT/goodput.plan.RATE.json and OUT/<server>.goodput.runs.jsonl.
 
     python bench/peers/side_by_side.py --goodput ttft:1000,tpot:100 --goodput-requests 64 --goodput-share 0.9
 """
-import argparse, contextlib, csv, os, statistics, sys, time
+import argparse, contextlib, csv, os, re, shlex, statistics, sys, time
 from pathlib import Path
 from nanoserve.loadgen import make_plan, spawn_server, free_port, nanoserve_command, parse_lengths
 from nanoserve.loadreport import LoadReport, table, write_csv, plot_reports, ceiling_ratio, SLO, Goodput, RateSweep
@@ -209,7 +209,7 @@ def goodput_main(args, table_, names, name, path, out):
     lines = [f"machine: {mach}",
              f"plan: {plan.name} (fingerprint {plan.fingerprint}); server cpus {args.server_cpus}, client cpus "
              f"{args.client_cpus}, {args.dtype}, max batch {args.max_batch_size}, nanoserve flags: "
-             f"{args.nanoserve_flags or 'none'}",
+             f"{args.nanoserve_flags or 'none'}" + ''.join(f"; variant {v}" for v in args.variant),
              f"goodput: {objectives} (--goodput {args.goodput}); a rate passes when at least {args.goodput_share:.0%} "
              f"of the {len(plan)} requests meet every objective (failed requests count against it)",
              f"sweep: from {args.goodput_start:g}/s, doubled while it passes up to {args.goodput_max_rate:g}/s, then "
@@ -244,9 +244,11 @@ def servers(args, path, name, ncpu):
     table = {'nanoserve': (ours, {'OMP_NUM_THREADS': str(ncpu)}),
              'vllm': (vllm, {'SERVED_NAME': name, 'DTYPE': args.dtype, 'MAX_MODEL_LEN': str(args.max_model_len)})}
     for variant in args.variant:
-        label, _, flags = variant.partition('=')
-        if not label or label in table: raise SystemExit(f"--variant {variant!r}: give NAME=FLAGS with a new NAME")
-        table[label] = (lambda port, flags=flags: ours(port) + flags.split(), {'OMP_NUM_THREADS': str(ncpu)})
+        label, sep, flags = variant.partition('=')
+        if not sep or not re.fullmatch(r'[A-Za-z0-9_.-]+', label) or label in table:
+            raise SystemExit(f"--variant {variant!r}: give NAME=FLAGS, NAME new and of letters, digits, '_', '.', '-'")
+        if label not in args.servers.split(','): raise SystemExit(f"--variant {label}: list {label} in --servers too")
+        table[label] = (lambda port, flags=flags: ours(port) + shlex.split(flags), {'OMP_NUM_THREADS': str(ncpu)})
     return table
 
 def main():
@@ -254,7 +256,8 @@ def main():
     p.add_argument('--model', default=None, help='model directory (default: the pulled default model)')
     p.add_argument('--servers', default='nanoserve,vllm')
     p.add_argument('--variant', action='append', default=[], metavar='NAME=FLAGS',
-                   help='another nanoserve server named NAME, with FLAGS after --nanoserve-flags; list NAME in --servers')
+                   help='another nanoserve server named NAME, with FLAGS after --nanoserve-flags; '
+                        'list NAME in --servers')
     p.add_argument('--server-cpus', default='1'); p.add_argument('--client-cpus', default='0')
     p.add_argument('--num-requests', type=int, default=32)
     p.add_argument('--input-len', default='32:128'); p.add_argument('--output-len', default='64')
@@ -318,10 +321,12 @@ def main():
     import matplotlib; matplotlib.use('Agg')
     plot_reports(reports, out/'side_by_side.png', f'{name} {args.dtype}: {plan.name}; server on cpu {args.server_cpus}, client on cpu {args.client_cpus}')
     lines = [f"machine: {mach}", f"plan: {plan.name} (fingerprint {plan.fingerprint}); server cpus {args.server_cpus}, client cpus {args.client_cpus}, "
-             f"{args.dtype}, max batch {args.max_batch_size}, nanoserve flags: {args.nanoserve_flags or 'none'}; {args.repeats} round(s)"
+             f"{args.dtype}, max batch {args.max_batch_size}, nanoserve flags: {args.nanoserve_flags or 'none'}"
+             + ''.join(f"; variant {v}" for v in args.variant) + f"; {args.repeats} round(s)"
              + (', interleaved (both servers up, each mode on each in turn, the order flipped every round; round K > 1 on its own plan, '
                 'seed + K - 1, plan.roundK.json)' if args.interleave else ''),
              'boot to healthy: ' + ', '.join(f"{k} {', '.join(f'{v:.0f}' for v in vs)} s" for k, vs in boots.items()), '', table(reports), '']
+    if len(names) != 2: lines.append(f"(no comparison lines: they compare two servers, and {len(names)} ran)")
     if len(names) == 2:
         mode = lambda r: f"{r.mode}{'' if r.plan.rate is None else f' {r.plan.rate:g}/s'}"
         for k, rnd in enumerate(rounds):
