@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_prefill_flags(bsub.add_parser('prefill', help='TTFT and prompt tokens/s of long prompts, one at a time and in '
                                                       "a crowd, beside this CPU's arithmetic peak"),
                       DEFAULT_MODEL, MODEL_HELP)
+    from nanoserve.quality import add_quality_flags
+    add_quality_flags(bsub.add_parser('quality', help='perplexity on held-out English, and each mode\'s greedy '
+                                                      'agreement and KL divergence against float32'),
+                      DEFAULT_MODEL, MODEL_HELP)
     return p
 
 # %% ../nbs/90_cli.ipynb #264f6815
@@ -184,6 +188,9 @@ def cmd_bench(args) -> int:
     if args.bench == 'prefill':
         from nanoserve.prefill_bench import cmd_bench_prefill
         return cmd_bench_prefill(args)
+    if args.bench == 'quality':
+        from nanoserve.quality import cmd_bench_quality
+        return cmd_bench_quality(args)
     if args.bench != 'offline':
         from nanoserve.servebench import cmd_bench_serve, cmd_bench_compare
         return {'serve': cmd_bench_serve, 'compare': cmd_bench_compare}[args.bench](args)
