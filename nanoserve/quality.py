@@ -175,8 +175,9 @@ def cmd_bench_quality(args) -> int:
         raise RequestError(f"--text {args.text}: no such file")
     say = lambda m: print(m, file=sys.stderr)
     configs = {m: EngineConfig(**MODES[m], max_model_len=args.window) for m in modes}
-    path = model_dir(args.model, configs['float32'], say)
-    engines = {m: build_engine(path, c) for m, c in configs.items()}
+    # each mode's own checkpoint, as `serve` resolves it (the default model's int4: the pull's Q4_1 blocks)
+    paths = {m: model_dir(args.model, c, say) for m, c in configs.items()}
+    engines = {m: build_engine(paths[m], c) for m, c in configs.items()}
     try:
         tok = engines['float32'].tokenizer
         text = Path(args.text).read_text() if args.text else held_out_text()
@@ -193,7 +194,8 @@ def cmd_bench_quality(args) -> int:
              'perplexity': scores[m].perplexity, 'perplexity_vs_float32': scores[m].perplexity / ref - 1,
              'kl_mean': scores[m].kl_mean,
              'greedy_same': sum(a == b for a, b in zip(answers[m], answers['float32'])), 'prompts': len(prompts),
-             'max_tokens': args.max_tokens, 'window': args.window, 'model': path.name,
+             'max_tokens': args.max_tokens, 'window': args.window, 'model': paths['float32'].name,
+             'checkpoint': paths[m].name, 'group_size': getattr(engines[m].model, 'quant_group_size', None),
              'text': args.text or HELD_OUT, 'machine': machine()} for m in modes]
     command = 'nanoserve bench quality ' + ' '.join(sys.argv[3:]) if sys.argv[1:3] == ['bench', 'quality'] else ''
     for r in rows: r['command'] = command
