@@ -4,7 +4,7 @@
 
 # %% ../nbs/66_quality.ipynb #83a012b3
 from __future__ import annotations
-import argparse, math, sys
+import argparse, itertools, math, platform, sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -33,6 +33,8 @@ class _Scored:
     request_id: str
     num_computed_tokens: int = 0
 
+_scored_ids = itertools.count()
+
 def sequence_logits(engine, ids: list[int], chunk: int | None = None) -> Iterator[torch.Tensor]:
     """The float32 logits [n, vocab] at every position of `ids`, `chunk` positions at a time (default: the engine's
     step budget), each chunk through the engine's runner over its paged KV cache as a served prompt's chunk runs; in a
@@ -43,7 +45,7 @@ def sequence_logits(engine, ids: list[int], chunk: int | None = None) -> Iterato
                            "score shorter windows (--window), or build the engine with a longer --max-model-len")
     if engine.has_unfinished(): raise RequestError("scoring needs an idle engine: requests are still running")
     chunk = chunk or engine.config.max_num_batched_tokens
-    held = _Scored(f'scored-{id(ids):x}')
+    held = _Scored(f'scored-{next(_scored_ids)}')
     try:
         for start in range(0, len(ids), chunk):
             part = ids[start:start + chunk]
@@ -53,7 +55,7 @@ def sequence_logits(engine, ids: list[int], chunk: int | None = None) -> Iterato
                 input_ids, positions, meta, _, _ = engine.runner.prepare_inputs(step)
                 logits = engine.runner.logits(input_ids, positions, meta, list(range(len(part))))
             held.num_computed_tokens += len(part)
-            yield logits.float()
+            yield logits.float().cpu()
     finally: engine.cache.free(held)
 
 # %% ../nbs/66_quality.ipynb #397e0edd
@@ -76,12 +78,16 @@ class Scores:
 def score(engines: dict, reference: str, ids: list[int], window: int, chunk: int | None = None) -> dict[str, Scores]:
     """Every engine's `Scores` over the windows of `ids`, in lockstep: each chunk's logits from every engine, the KL of
     each from `engines[reference]`'s (0 for the reference itself)."""
+    if not windows(ids, window):
+        raise RequestError(f"{len(ids)} tokens: nothing to score (give a longer --text or more --tokens)")
     out = {name: Scores() for name in engines}
+    chunk = chunk or engines[reference].config.max_num_batched_tokens       # one chunking for every engine
     for w in windows(ids, window):
         targets = torch.tensor(w[1:] + [-100])                 # the window's last position predicts nothing here
         runs = {name: sequence_logits(e, w, chunk) for name, e in engines.items()}
         at = 0
-        for parts in zip(*runs.values()):
+        # strict: every engine's chunks end together, and each generator runs out (its blocks freed) before the next
+        for parts in zip(*runs.values(), strict=True):
             logits = dict(zip(runs, parts))
             n = len(logits[reference])
             t = targets[at:at + n]
@@ -151,12 +157,15 @@ def add_quality_flags(p: argparse.ArgumentParser, default_model: str, model_help
                         'bfloat16,bfloat16-no-batch-invariant,int8,int4)')
     p.add_argument('--text', default=None, help="a UTF-8 text file to score (default: the held-out text, Python's own "
                    'reference topics, pydoc_data.topics)')
-    p.add_argument('--tokens', type=int, default=65536, help="the text's first tokens scored (default 65536)")
+    p.add_argument('--tokens', type=int, default=65536, help="the text's first tokens read (default 65536; each "
+                   "window's last token predicts nothing, so a little fewer are scored)")
     p.add_argument('--window', type=int, default=1024, help='tokens a window, each scored from an empty cache '
                    '(default 1024)')
     p.add_argument('--prompts', type=int, default=64, help=f'chat prompts answered greedily (default and at most '
                    f'{len(CHAT_PROMPTS)})')
     p.add_argument('--max-tokens', type=int, default=32, help="each greedy answer's tokens at most (default 32)")
+    p.add_argument('--device', default='cpu', help='where every engine runs (default cpu; int8 and int4 run on a '
+                   'CPU only)')
     p.add_argument('--csv', default='bench/results/quality.csv', help='where to write the results')
 
 # %% ../nbs/66_quality.ipynb #d8d8b5b0
@@ -174,13 +183,15 @@ def cmd_bench_quality(args) -> int:
     if args.text is not None and not Path(args.text).is_file():
         raise RequestError(f"--text {args.text}: no such file")
     say = lambda m: print(m, file=sys.stderr)
-    configs = {m: EngineConfig(**MODES[m], max_model_len=args.window) for m in modes}
+    # the windows, and the chat prompts with their answers (a template and a question fit in 256 tokens)
+    length = max(args.window, 256 + args.max_tokens)
+    configs = {m: EngineConfig(**MODES[m], max_model_len=length, device=args.device) for m in modes}
     # each mode's own checkpoint, as `serve` resolves it (the default model's int4: the pull's Q4_1 blocks)
     paths = {m: model_dir(args.model, c, say) for m, c in configs.items()}
     engines = {m: build_engine(paths[m], c) for m, c in configs.items()}
     try:
         tok = engines['float32'].tokenizer
-        text = Path(args.text).read_text() if args.text else held_out_text()
+        text = Path(args.text).read_text(encoding='utf-8') if args.text else held_out_text()
         ids = tok.encode(text, add_special_tokens=False)[:args.tokens]
         say(f"[scoring {len(ids):,} tokens in windows of {args.window} through {len(engines)} engines]")
         scores = score(engines, 'float32', ids, args.window)
@@ -190,13 +201,14 @@ def cmd_bench_quality(args) -> int:
         for e in engines.values(): e.close()
     ref = scores['float32'].perplexity
     rows = [{'mode': m, 'dtype': configs[m].dtype, 'quantization': configs[m].quantization,
-             'batch_invariant': engines[m].model.fast.get('invariant', False), 'tokens': scores[m].positions,
+             'batch_invariant': engines[m].runner.batch_invariant, 'tokens': scores[m].positions,
              'perplexity': scores[m].perplexity, 'perplexity_vs_float32': scores[m].perplexity / ref - 1,
              'kl_mean': scores[m].kl_mean,
              'greedy_same': sum(a == b for a, b in zip(answers[m], answers['float32'])), 'prompts': len(prompts),
              'max_tokens': args.max_tokens, 'window': args.window, 'model': paths['float32'].name,
              'checkpoint': paths[m].name, 'group_size': getattr(engines[m].model, 'quant_group_size', None),
-             'text': args.text or HELD_OUT, 'machine': machine()} for m in modes]
+             'text': args.text or f'{HELD_OUT}, Python {platform.python_version()}',
+             'machine': machine(args.device)} for m in modes]
     command = 'nanoserve bench quality ' + ' '.join(sys.argv[3:]) if sys.argv[1:3] == ['bench', 'quality'] else ''
     for r in rows: r['command'] = command
     write_csv(rows, args.csv)
@@ -207,7 +219,8 @@ def cmd_bench_quality(args) -> int:
 def quality_table(rows: list[dict]) -> str:
     "The rows as a text table: each mode's perplexity, its change from float32's, mean KL and greedy agreement."
     head = f"{'mode':<30}{'perplexity':>11}{'vs float32':>12}{'mean KL':>10}{'greedy = float32':>18}"
-    lines = [f"{rows[0]['model']}: {rows[0]['tokens']:,} tokens of {rows[0]['text']}, windows of {rows[0]['window']}",
+    lines = [f"{rows[0]['model']}: {rows[0]['tokens']:,} positions scored of {rows[0]['text']}, windows of "
+             f"{rows[0]['window']}",
              head]
     for r in rows:
         same = f"{r['greedy_same']}/{r['prompts']}"

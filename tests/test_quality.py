@@ -16,7 +16,7 @@ def test_the_default_model_in_bfloat16_against_float32(default_model, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     f32, bf16 = list(csv.DictReader(out.open()))
     assert (f32['mode'], bf16['mode']) == ('float32', 'bfloat16')
-    assert f32['text'] == HELD_OUT and int(f32['tokens']) == 598          # two windows of 300, a token each unscored
+    assert f32['text'].startswith(HELD_OUT + ', Python ') and int(f32['tokens']) == 598          # two windows of 300, a token each unscored
     assert float(f32['kl_mean']) == 0 and f32['greedy_same'] == '3'       # the reference against itself
     # bfloat16's rounding moves the distribution a little, and the perplexity by far less than a percent
     assert 0 < float(bf16['kl_mean']) < 0.01, bf16
