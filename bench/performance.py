@@ -78,36 +78,24 @@ SERVER_ROWS = [('crowd', 'output_throughput', 'output tok/s', False),
                ('crowd', 'ttft_p50_ms', 'TTFT p50 ms', True),
                ('crowd', 'tpot_p50_ms', 'TPOT p50 ms', True), ('crowd', 'itl_p99_ms', 'ITL p99 ms', True)]
 
-def side_by_side_rows(rows: list[dict]) -> list[str]:
-    "The crowd and 4 requests/s of each server: medians of the interleaved rounds."
-    out, dt = [], rows[0]['dtype']
-    rounds = len({r['label'] for r in rows if r['label'].startswith('nanoserve')})
-    for mode, key, name, lower in SERVER_ROWS:
-        pick = lambda server: [r for r in rows
-                               if r['label'].split()[0] == server and (r['mode'] == mode or r['rate'] == mode)]
-        ours = pick('nanoserve')
-        where = f"a crowd of {ours[0]['num_requests']}" if mode == 'crowd' else f"{float(mode):g} requests/s"
-        what = f"server, {where}: {name} (median of {rounds} rounds)"
-        out.append(row(what, dt, median(ours, key), 'vLLM (CPU)', median(pick('vllm'), key), lower))
-    return out
-
 SHAPED_ROWS = [('crowd', 'output_throughput', 'output tok/s', False), ('crowd', 'ttft_p50_ms', 'TTFT p50 ms', True),
                ('crowd', 'itl_p99_ms', 'ITL p99 ms', True), ('1.0', 'output_throughput', 'output tok/s', False),
                ('1.0', 'ttft_p50_ms', 'TTFT p50 ms', True)]
 
 SHAPES = {'shaped_1.7b': 'SmolLM2-1.7B shape', 'shaped_360m': 'SmolLM2-360M shape'}
 
-def shaped_rows(rows: list[dict], model: str) -> list[str]:
-    """A real-size shape's crowd and 1 request/s (bench/peers/side_by_side.py --model DIR --rates 1): medians of the
-    interleaved rounds, the model named in each measure."""
+def side_by_side_rows(rows: list[dict], spec: list = SERVER_ROWS, model: str | None = None) -> list[str]:
+    """Each `spec` row (the crowd, or an open-loop rate) of each server: medians of the interleaved rounds; `model`
+    names a real-size shape's run (bench/peers/side_by_side.py --model DIR) in each measure."""
     out, dt = [], rows[0]['dtype']
     rounds = len({r['label'] for r in rows if r['label'].split()[0] == 'nanoserve'})
-    for mode, key, name, lower in SHAPED_ROWS:
+    for mode, key, name, lower in spec:
         pick = lambda server: [r for r in rows
                                if r['label'].split()[0] == server and (r['mode'] == mode or r['rate'] == mode)]
         ours = pick('nanoserve')
-        where = f"a crowd of {ours[0]['num_requests']}" if mode == 'crowd' else f"{float(mode):g} request/s"
-        what = f"{model}, server, {where}: {name} (median of {rounds} rounds)"
+        rate = 0 if mode == 'crowd' else float(mode)
+        where = f"a crowd of {ours[0]['num_requests']}" if mode == 'crowd' else f"{rate:g} request{'s' * (rate != 1)}/s"
+        what = f"{model + ', ' if model else ''}server, {where}: {name} (median of {rounds} rounds)"
         out.append(row(what, dt, median(ours, key), 'vLLM (CPU)', median(pick('vllm'), key), lower))
     return out
 
@@ -252,7 +240,8 @@ def family_table(fam: dict, latest: Path) -> str:
                   'speculative_draft': lambda rows: speculative_rows(rows, method='draft',
                                                                     label=f" (int4 self-draft, `{name}`)"),
                   'memory': memory_rows, 'prefill': prefill_rows,
-                  **{k: lambda rows, m=m: shaped_rows(rows, m) for k, m in SHAPES.items()}}[kind](rows)
+                  **{k: lambda rows, m=m: side_by_side_rows(rows, SHAPED_ROWS, m)
+                     for k, m in SHAPES.items()}}[kind](rows)
     commits = fam['commits'].split(', ')
     head = [f"### {fam['title']}, {fam['date']}", '', ' '.join(f'`{m}`.' for m in machines),
             f"From {', '.join(cited)} (commit{'s' * (len(commits) > 1)} {', '.join(commits)}).", '',
