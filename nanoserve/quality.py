@@ -78,11 +78,11 @@ class Scores:
 def score(engines: dict, reference: str, ids: list[int], window: int, chunk: int | None = None) -> dict[str, Scores]:
     """Every engine's `Scores` over the windows of `ids`, in lockstep: each chunk's logits from every engine, the KL of
     each from `engines[reference]`'s (0 for the reference itself)."""
-    if not windows(ids, window):
-        raise RequestError(f"{len(ids)} tokens: nothing to score (give a longer --text or more --tokens)")
+    cut = windows(ids, window)
+    if not cut: raise RequestError(f"{len(ids)} tokens: nothing to score (give a longer --text or more --tokens)")
     out = {name: Scores() for name in engines}
     chunk = chunk or engines[reference].config.max_num_batched_tokens       # one chunking for every engine
-    for w in windows(ids, window):
+    for w in cut:
         targets = torch.tensor(w[1:] + [-100])                 # the window's last position predicts nothing here
         runs = {name: sequence_logits(e, w, chunk) for name, e in engines.items()}
         at = 0
