@@ -11,6 +11,7 @@ from .core import c_library, kernel_source, named_in_profile
 from .model import CausalLM
 from .kvcache import KVCache
 from .fast import FastLinear, FusedAttention, FusedMLP, PackedEmbedding, amx_kernel, AMX_MAX_ROWS
+from .integer import int8_kernel
 from .f32_linear import f32_kernel, f32_isa, F32_ENTRIES, F32_MAX_ROWS
 from .elementwise import FastRMSNorm, FastRotary, elementwise_kernel
 from .attention import AttentionMetadata, decode_kernel, decode_entry, decode_slots, DECODE_KERNEL_HEAD_SIZES
@@ -64,8 +65,9 @@ def _own(p, dtype) -> bool:
     AVX512-BF16's dot products) for bfloat16, the float32 kernel's for float32."""
     return type(p) is FastLinear and p.weight.dtype == dtype and getattr(p, DECODE_CALL_DTYPES[dtype]) is not None
 
-# a quantized layer's copy in nanoserve's own layout, and the product that reads it
-QUANT_COPIES = {'q8': 'q8_linear', 'q4': 'q4_linear'}
+# a quantized layer's copy in nanoserve's own layout, and the product that reads it: the bfloat16 kernel's (int8 and
+# int4 weights, multiplied in bfloat16) or the integer kernel's (w8a8, w4a8)
+QUANT_COPIES = {'q8': 'q8_linear', 'q4': 'q4_linear', 'w8': 'w8a8_linear', 'w4': 'w4a8_linear'}
 
 def _quant(p) -> str | None:
     """Which of `QUANT_COPIES` a quantized layer holds its weight in (`q8`: int8, made by `q8_pack`; `q4`: int4, by
@@ -148,7 +150,7 @@ class DecodeCall:
                                  fn(ew, f'rms_norm_{kind}'), fn(ew, f'rope_{kind}'), fn(ew, f'silu_mul_{kind}'),
                                  ctypes.cast(decode_entry(model.dtype, cfg.num_attention_heads, cfg.num_key_value_heads,
                                                           cfg.head_dim), ctypes.c_void_p).value,
-                                 fn(amx_kernel(invariant), QUANT_COPIES[self.quant]) if self.quant else None)
+                                 self._quant_product(invariant))
         # a product's copy in its kernel's layout
         packed = lambda p: _ptr(getattr(p, _quant(p) or copy))
         self._layers = (_Layer * cfg.num_hidden_layers)()
@@ -179,6 +181,14 @@ class DecodeCall:
         table, rows, block, pad = embedding_table(model.model.embed_tokens)
         self._rows_args = (table.data_ptr(), rows, block, pad, *map(ctypes.addressof, self._lists[:3]))
         self._table = slots.data_ptr(), slots.shape[0], slots.shape[1]
+
+    def _quant_product(self, invariant: bool) -> int | None:
+        """The address of the quantized layers' product (`self.quant`'s entry in its kernel library: the integer one's
+        for w8a8 and w4a8, whose every build is batch-invariant, else the bfloat16 one's of `invariant`'s build), or
+        None for float layers."""
+        if self.quant is None: return None
+        lib = int8_kernel() if self.quant in ('w8', 'w4') else amx_kernel(invariant)
+        return ctypes.cast(getattr(lib, QUANT_COPIES[self.quant]), ctypes.c_void_p).value
 
     def _check_pools(self):
         if (self.cache.k.data_ptr(), self.cache.v.data_ptr()) != self._pools:

@@ -13,6 +13,7 @@ import torch
 from .core import ConfigError, parse_dtype, dtype_name, resolve_dtype, DeviceDiscipline
 from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .fast import speed_up
+from .integer import integer_refusal
 from .config import ModelConfig
 from .model import CausalLM, load_model
 from .weights import weight_bytes
@@ -42,7 +43,7 @@ def _flag(default, help: str, hidden: bool = False):
     return field(default=default, metadata={'help': help, 'hidden': hidden})
 
 # the weight modes the quantizer builds; named here so the config can refuse others before anything loads
-QUANTIZATIONS = ('none', 'int8', 'int4')
+QUANTIZATIONS = ('none', 'int8', 'int4', 'w8a8', 'w4a8')
 # the whole step's token budget by device, unless --max-num-batched-tokens says otherwise
 PREFILL_BUDGET = {'cpu': 1024, 'cuda': 4096}
 
@@ -124,8 +125,10 @@ class EngineConfig:
     prefix_cache: bool = _flag(True, "share the KV blocks of a prompt prefix already computed; --no-prefix-cache "
                                "computes every prompt whole")
     quantization: str = _flag('none', "none, int8 (one scale per output channel) or int4 (a scale and zero per "
-                              "--quant-group-size inputs): the decoder layers' weights quantized at load (CPU); "
-                              "activations in bfloat16")
+                              "--quant-group-size inputs): the decoder layers' weights quantized at load (CPU), "
+                              "activations in bfloat16; w8a8 and w4a8: the same weights, multiplied in integers "
+                              "(each row of activations quantized to int8, int32 sums; AVX512-VNNI, AMX-INT8's tiles "
+                              "where present)")
     quant_group_size: int | None = _flag(None, 'inputs per int4 group: 32, 64, 128 or 256 (default: the largest of '
                                          '128, 64, 32 that divides every layer)')
     tensor_parallel_size: int = _flag(1, "processes the model is split across: each holds 1/N of the heads, MLP "
@@ -148,7 +151,8 @@ class EngineConfig:
     draft_model: str | None = _flag(None, "the draft model (--speculative draft): a directory or a name nanoserve "
                                     "can pull, sharing the served model's tokenizer; default: the served model itself, "
                                     "in --draft-quantization")
-    draft_quantization: str | None = _flag(None, "none, int8 or int4: the draft's weights (--speculative draft); "
+    draft_quantization: str | None = _flag(None, "none, int8, int4, w8a8 or w4a8: the draft's weights (--speculative "
+                                           "draft); "
                                            "default: int4 for a draft of the served model itself, else the draft "
                                            "checkpoint as it is")
 
@@ -189,13 +193,17 @@ class EngineConfig:
             raise ConfigError("warm_rows and warm_width bound the capture plan, and capture is off: add --cuda-graphs "
                               "(capture_decode with bucket_decode and persist_inputs), or drop them")
         if self.quantization not in QUANTIZATIONS:
-            raise ConfigError(f"quantization (--quantization) must be none, int8 or int4, got {self.quantization!r}")
+            raise ConfigError("quantization (--quantization) must be none, int8, int4, w8a8 or w4a8, got "
+                              f"{self.quantization!r}")
         if self.quant_group_size not in (None, 32, 64, 128, 256):
             raise ConfigError("quant_group_size (--quant-group-size) must be 32, 64, 128 or 256 (what the CPU int4 "
                               f"kernel takes), got {self.quant_group_size!r}")
         if self.quantization != 'none' and dev.type != 'cpu':
             raise ConfigError(f"--quantization {self.quantization} runs PyTorch's CPU kernels in this version: "
                               "use --device cpu")
+        # an integer mode this CPU cannot multiply in: refused before anything loads
+        for q in (self.quantization, self.draft_quantization):
+            if (why := integer_refusal(q)) is not None: raise ConfigError(why)
         if self.tensor_parallel_size > 1 and dev.type != 'cpu':
             raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} on {self.device}: tensor parallelism "
                               "runs on CPU over gloo in this version (nccl on CUDA is not built yet); use --device "
@@ -218,8 +226,8 @@ class EngineConfig:
             raise ConfigError("draft_model and draft_quantization (--draft-model, --draft-quantization) say which "
                               "model drafts, and --speculative is not draft: add --speculative draft, or drop them")
         if self.draft_quantization not in (None, *QUANTIZATIONS):
-            raise ConfigError("draft_quantization (--draft-quantization) must be none, int8 or int4, got "
-                              f"{self.draft_quantization!r}")
+            raise ConfigError("draft_quantization (--draft-quantization) must be none, int8, int4, w8a8 or w4a8, "
+                              f"got {self.draft_quantization!r}")
         if self.speculative == 'draft' and self.draft_quant != 'none' and dev.type != 'cpu':
             raise ConfigError(f"--speculative draft with a {self.draft_quant} draft runs PyTorch's CPU kernels in this "
                               "version: use --device cpu, or a float draft (--draft-model DIR --draft-quantization "
@@ -387,7 +395,7 @@ def with_checkpoint_quantization(model: str | Path | CausalLM, config: EngineCon
     """`config` serving an int4 checkpoint as what it is (its quantization and group size filled in), or a ConfigError
     if it asks for anything else."""
     if (g := int4_checkpoint_group(model)) is None: return config
-    if config.quantization not in ('none', 'int4') or config.quant_group_size not in (None, g):
+    if config.quantization not in ('none', 'int4', 'w4a8') or config.quant_group_size not in (None, g):
         asked = f"--quantization {config.quantization}"
         if config.quant_group_size: asked += f" --quant-group-size {config.quant_group_size}"
         raise ConfigError(f"{'the model' if isinstance(model, CausalLM) else model} is an int4 checkpoint in groups of "
@@ -396,7 +404,8 @@ def with_checkpoint_quantization(model: str | Path | CausalLM, config: EngineCon
     if config.tensor_parallel_size > 1:
         raise ConfigError("--tensor-parallel-size with an int4 checkpoint: each rank reads float weights to quantize "
                           "its own shard; pass the float checkpoint with --quantization int4")
-    return replace(config, quantization='int4', quant_group_size=g)
+    # w4a8: the checkpoint's codes, multiplied in integers
+    return replace(config, quantization='w4a8' if config.quantization == 'w4a8' else 'int4', quant_group_size=g)
 
 def make_cache(model: CausalLM, config: EngineConfig) -> KVCache:
     "Plan the KV pool for `model` under `config` (`KVPoolPlan`) and allocate it: the first memory decision of a boot."

@@ -53,7 +53,7 @@ def files_to_fetch(listing: dict[str, int], index: dict | None, repo: str) -> li
 
 # %% ../nbs/07_hub.ipynb #b1444179
 # bytes a weight keeps at least under --quantization (its codes; scales and the unquantized embeddings come on top)
-QUANT_BYTES = {'int8': 1.0, 'int4': 0.5}
+QUANT_BYTES = {'int8': 1.0, 'int4': 0.5, 'w8a8': 1.0, 'w4a8': 0.5}
 
 def weights_in_memory(checkpoint_bytes: int, stored: str | None, dtype: str, quantization: str = 'none') -> int:
     """A lower bound on what the loaded weights take: the checkpoint's weights (stored in `stored`; bfloat16 where the
@@ -70,7 +70,7 @@ def check_fits(repo: str, need: int, free: int, dtype: str, quantization: str = 
     "Refuse a model whose weights need more than `free` bytes, naming what would make it fit."
     if need <= free: return
     how = f"in {dtype}" if quantization == 'none' else f"with --quantization {quantization}"
-    fixes = [] if quantization == 'int4' else ['--quantization int4' if quantization == 'int8' else
+    fixes = [] if quantization in ('int4', 'w4a8') else ['--quantization int4' if quantization in ('int8', 'w8a8') else
                                                '--quantization int8 or int4']
     if dtype == 'float32' and quantization == 'none': fixes.insert(0, '--dtype bfloat16')
     raise ConfigError(f"{repo}'s weights take at least {human_bytes(need)} {how}, and this machine has "

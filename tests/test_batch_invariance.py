@@ -15,6 +15,7 @@ from nanoserve.loadgen import spawn_server
 from nanoserve.engine import Engine, EngineConfig, make_cache
 from nanoserve.launch import build_engine
 from nanoserve.quant import quantize_model
+from nanoserve.integer import a8_isa
 from nanoserve.sampling import SamplingParams
 
 NANOSERVE = str(Path(sys.executable).parent/'nanoserve')
@@ -53,12 +54,13 @@ def ran_together(engine, at_least: int = 4) -> bool:
     return max(engine.snapshot().steps_by_batch) >= at_least
 
 MODES = {'default-dtype': {}, 'float32': dict(dtype='float32'), 'int8': dict(quantization='int8'),
-         'int4': dict(quantization='int4')}
+         'int4': dict(quantization='int4'), 'w8a8': dict(quantization='w8a8'), 'w4a8': dict(quantization='w4a8')}
 
 @pytest.mark.parametrize('mode', MODES)
 def test_crowd_and_tight_pool_equal_alone_and_the_control_differs(default_model, mode):
     """The default (batch-invariant here): a crowd of 8, and one in a 12-block pool that preempts, give the solo bits;
     with the mode left, the crowd does not."""
+    if mode in ('w8a8', 'w4a8') and a8_isa() is None: pytest.skip("no AVX512-VNNI here: the integer modes are refused")
     kw = MODES[mode] | CHUNKED
     alone, solo = run(default_model, max_batch_size=1, **kw)
     assert solo.runner.batch_invariant, solo.runner.invariance
