@@ -11,6 +11,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 from .core import RequestError
+from .integer import integer_refusal
 from .sampling import SamplingParams
 from .scheduler import ScheduledRequest, SchedulerOutput
 
@@ -142,8 +143,11 @@ MODES = {'float32': dict(dtype='float32'),
          'w8a8': dict(dtype='bfloat16', quantization='w8a8'),
          'w4a8': dict(dtype='bfloat16', quantization='w4a8')}
 
-def parse_modes(text: str) -> list[str]:
-    "`--modes`: known names, comma-separated, float32 (the reference) not among them."
+def parse_modes(text: str | None) -> list[str]:
+    """`--modes`: known names, comma-separated, float32 (the reference) not among them; None: every mode this CPU runs
+    (the integer ones where it has AVX512-VNNI)."""
+    if text is None:
+        return [m for m, kw in MODES.items() if m != 'float32' and integer_refusal(kw.get('quantization')) is None]
     modes = [m.strip() for m in text.split(',') if m.strip()]
     bad = [m for m in modes if m not in MODES or m == 'float32']
     if bad or not modes:
@@ -154,9 +158,9 @@ def parse_modes(text: str) -> list[str]:
 def add_quality_flags(p: argparse.ArgumentParser, default_model: str, model_help: str):
     "`nanoserve bench quality`'s flags."
     p.add_argument('--model', default=default_model, help=model_help)
-    p.add_argument('--modes', default='bfloat16,bfloat16-no-batch-invariant,int8,int4',
-                   help='modes held to float32, comma-separated (default all: '
-                        'bfloat16,bfloat16-no-batch-invariant,int8,int4)')
+    p.add_argument('--modes', default=None,
+                   help='modes held to float32, comma-separated (default: every one this CPU runs, of '
+                        'bfloat16,bfloat16-no-batch-invariant,int8,int4,w8a8,w4a8; the last two need AVX512-VNNI)')
     p.add_argument('--text', default=None, help="a UTF-8 text file to score (default: the held-out text, Python's own "
                    'reference topics, pydoc_data.topics)')
     p.add_argument('--tokens', type=int, default=65536, help="the text's first tokens read (default 65536; each "

@@ -5,10 +5,24 @@
     $PY bench/peers/llamacpp_peer.py f16 SRC.gguf DST.gguf          # the same weights as F16 (norms stay F32), metadata copied
     $PY bench/peers/llamacpp_peer.py decode MODEL.gguf --threads 2   # batch-1 greedy decode tokens/s, one JSON line
     $PY bench/peers/llamacpp_peer.py lookup MODEL.gguf PROMPTS.json  # greedy completions, plain and with lookup decoding
+    $PY bench/peers/llamacpp_peer.py quantize F16.gguf DST.gguf Q8_0  # llama.cpp's own quantizer: Q8_0 or Q4_0
+    $PY bench/peers/llamacpp_peer.py prefill MODEL.gguf --prompt-len 2000  # seconds to evaluate one prompt, one JSON line
 
 `f16` dequantizes every quantized tensor of SRC with the gguf package and writes it as F16: from the default model's Q4_1 GGUF this
 gives llama.cpp the very weights nanoserve serves (its checkpoint is that GGUF, dequantized by `nanoserve pull`)."""
 import argparse, json, sys, time
+
+def no_extra_buffer_types():
+    """Load models with llama.cpp's extra buffer types off (its AMX and repacked layouts): on an Intel Sapphire Rapids VM
+    (llama-cpp-python 0.3.36) evaluating a Q4_0, Q4_1 or Q8_0 model with them on ends in a segmentation fault; F16 runs
+    either way. llama-cpp-python's Llama takes no argument for it, so its default model parameters are wrapped."""
+    import llama_cpp.llama_cpp as C
+    default = C.llama_model_default_params
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+    C.llama_model_default_params = params
 
 def make_f16(src: str, dst: str):
     import numpy as np
@@ -66,6 +80,27 @@ def lookup(model: str, prompts_json: str, threads: int, max_tokens: int, num_pre
         out[arm] = {'output_tokens': n, 'seconds': time.perf_counter() - t0, 'texts': texts}
         out[arm]['output_tok_s'] = n / out[arm]['seconds']
     return out
+def quantize(src: str, dst: str, kind: str):
+    "`src` (an F16 GGUF) quantized by llama.cpp's own quantizer to `kind` (Q8_0 or Q4_0), all threads."
+    import llama_cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = {'Q8_0': llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, 'Q4_0': llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}[kind]
+    if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), params) != 0: raise SystemExit(f"quantizing {src} to {kind} failed")
+
+def prefill(model: str, threads: int, prompt_len: int, runs: int) -> dict:
+    "Seconds to evaluate one prompt of `prompt_len` random tokens (batches of 512, the last position's logits): median of `runs`."
+    from llama_cpp import Llama
+    import llama_cpp
+    llm = Llama(model_path=model, n_ctx=prompt_len + 64, n_threads=threads, n_threads_batch=threads, n_batch=512, verbose=False)
+    secs = []
+    for run in range(runs):
+        llm.reset()
+        prompt = [1] + [100 + (7 * i + 13 * run) % 40000 for i in range(prompt_len - 1)]
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        secs.append(time.perf_counter() - t0)
+    return {'engine': f'llama.cpp (llama-cpp-python {llama_cpp.__version__})', 'prefill_s': sorted(secs)[len(secs) // 2],
+            'spread': f"{min(secs):.4g}-{max(secs):.4g}", 'runs': runs}
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -73,6 +108,11 @@ if __name__ == '__main__':
     f = sub.add_parser('f16'); f.add_argument('src'); f.add_argument('dst')
     d = sub.add_parser('decode'); d.add_argument('model'); d.add_argument('--threads', type=int, default=2)
     d.add_argument('--prompt-len', type=int, default=32); d.add_argument('--output-len', type=int, default=64); d.add_argument('--runs', type=int, default=3)
+    d.add_argument('--no-extra-bufts', action='store_true', help="llama.cpp's AMX and repacked layouts off (no_extra_buffer_types)")
+    q = sub.add_parser('quantize'); q.add_argument('src'); q.add_argument('dst'); q.add_argument('kind', choices=['Q8_0', 'Q4_0'])
+    r = sub.add_parser('prefill'); r.add_argument('model'); r.add_argument('--threads', type=int, default=2)
+    r.add_argument('--prompt-len', type=int, default=2000); r.add_argument('--runs', type=int, default=3)
+    r.add_argument('--no-extra-bufts', action='store_true', help="llama.cpp's AMX and repacked layouts off (no_extra_buffer_types)")
     k = sub.add_parser('lookup')
     k.add_argument('model')
     k.add_argument('prompts')
@@ -81,7 +121,10 @@ if __name__ == '__main__':
     k.add_argument('--num-pred-tokens', type=int, default=8)
     k.add_argument('--max-ngram-size', type=int, default=4)
     a = p.parse_args()
+    if getattr(a, 'no_extra_bufts', False): no_extra_buffer_types()
     if a.cmd == 'f16': make_f16(a.src, a.dst)
+    elif a.cmd == 'quantize': quantize(a.src, a.dst, a.kind)
+    elif a.cmd == 'prefill': print(json.dumps(prefill(a.model, a.threads, a.prompt_len, a.runs)))
     elif a.cmd == 'lookup':
         print(json.dumps(lookup(a.model, a.prompts, a.threads, a.max_tokens, a.num_pred_tokens, a.max_ngram_size)))
     else: print(json.dumps(decode(a.model, a.threads, a.prompt_len, a.output_len, a.runs)))
