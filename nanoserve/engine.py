@@ -198,6 +198,10 @@ class EngineConfig:
         if self.quant_group_size not in (None, 32, 64, 128, 256):
             raise ConfigError("quant_group_size (--quant-group-size) must be 32, 64, 128 or 256 (what the CPU int4 "
                               f"kernel takes), got {self.quant_group_size!r}")
+        if self.quant_group_size is not None and self.quantization in ('int8', 'w8a8'):
+            raise ConfigError(f"quant_group_size (--quant-group-size) sets the int4 modes' groups, and --quantization "
+                              f"{self.quantization} has one scale an output (w8a8's activations go in groups of 64 "
+                              "inputs, fixed): drop it, or use int4 or w4a8")
         if self.quantization != 'none' and dev.type != 'cpu':
             raise ConfigError(f"--quantization {self.quantization} runs PyTorch's CPU kernels in this version: "
                               "use --device cpu")

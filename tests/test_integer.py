@@ -134,9 +134,13 @@ def test_refusals_leave_the_model_as_it_was(tiny, wide):
                        timeout=300)
     assert r.returncode == 2 and '--quantization int8' in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]
 
-def test_unknown_mode_names_the_integer_ones(default_model):
+def test_unknown_mode_and_stray_group_size_refused(default_model):
+    "An unknown mode names the integer ones; a group size given to a mode without weight groups is refused, not ignored."
     r = subprocess.run([NANOSERVE, 'generate', '--quantization', 'w9a9', 'hi'], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and 'w8a8 or w4a8' in r.stderr, r.stderr[-2000:]
+    from nanoserve.engine import EngineConfig
+    for mode in ('int8', 'w8a8'):
+        with pytest.raises(ConfigError, match='--quant-group-size.*drop it, or use int4 or w4a8'): EngineConfig(quantization=mode, quant_group_size=32)
 
 @pytest.mark.skipif(a8_isa() is not None, reason="this CPU has AVX512-VNNI: the integer modes run here")
 def test_refused_without_vnni(default_model):
