@@ -4,7 +4,7 @@
     python bench/integer.py --out bench/results/integer                 # about 10 minutes on 2 cores
     python bench/integer.py --out bench/results/integer --rounds 5 --llamacpp-venv /work/peers/llamacpp
 
-The default model (SmolLM2-135M-Instruct) in five modes, each from the checkpoint `serve` loads for it: bfloat16, int8
+The default model (SmolLM2-135M-Instruct) in six modes, each from the checkpoint `serve` loads for it: bfloat16, int8
 and w8a8 from the float pull; int4 and w4a8 from the int4 pull (its Q4_1 codes in groups of 32); and w8a8+head, w8a8
 with the LM head in w8a8 too (`quantize_head`), to measure what that would add. Every engine is the
 command's default engine (`build_engine`, batch-invariant, the decode call, prefix caching off so that no round finds

@@ -71,7 +71,7 @@ QUANT_COPIES = {'q8': 'q8_linear', 'q4': 'q4_linear', 'w8': 'w8a8_linear', 'w4':
 
 def _quant(p) -> str | None:
     """Which of `QUANT_COPIES` a quantized layer holds its weight in (`q8`: int8, made by `q8_pack`; `q4`: int4, by
-    `q4_pack`), or None."""
+    `q4_pack`; `w8` and `w4`: the integer products', by `w8a8_pack` and `w4a8_pack`), or None."""
     return next((k for k in QUANT_COPIES if isinstance(getattr(p, k, None), torch.Tensor)), None)
 
 def _layer_products(model: CausalLM) -> list:

@@ -206,8 +206,7 @@ class EngineConfig:
             raise ConfigError(f"--quantization {self.quantization} runs PyTorch's CPU kernels in this version: "
                               "use --device cpu")
         # an integer mode this CPU cannot multiply in: refused before anything loads
-        for q in (self.quantization, self.draft_quantization):
-            if (why := integer_refusal(q)) is not None: raise ConfigError(why)
+        if (why := integer_refusal(self.quantization)) is not None: raise ConfigError(why)
         if self.tensor_parallel_size > 1 and dev.type != 'cpu':
             raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} on {self.device}: tensor parallelism "
                               "runs on CPU over gloo in this version (nccl on CUDA is not built yet); use --device "
@@ -236,6 +235,7 @@ class EngineConfig:
             raise ConfigError(f"--speculative draft with a {self.draft_quant} draft runs PyTorch's CPU kernels in this "
                               "version: use --device cpu, or a float draft (--draft-model DIR --draft-quantization "
                               "none)")
+        if (why := integer_refusal(self.draft_quantization)) is not None: raise ConfigError(why)
         # on the CPU the capture's plain decode steps replay and its verify steps run through the decode call (or
         # the layers); a card's recorded graphs have no verify step yet
         captured = any(flags.values()) or self.persistent_batch

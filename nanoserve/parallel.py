@@ -343,6 +343,12 @@ def load_sharded(path: str | Path, world: int, **kw) -> CausalLM:
             raise ConfigError(f"int4 groups of {g} do not divide a {world}-rank shard's layer inputs "
                               f"({', '.join(map(str, widths))} wide): "
                               "choose a --quant-group-size that divides them")
+    if q and q['mode'] in ('w8a8', 'w4a8'):               # the integer products take 64 inputs at a time
+        shard = shard_config(full, world)
+        if widths := sorted({w for w in (shard.hidden_size, shard.intermediate_size, shard.q_size) if w % 64}):
+            raise ConfigError(f"--quantization {q['mode']} multiplies 64 inputs at a time, and a {world}-rank shard's "
+                              f"layers take {', '.join(map(str, widths))}: use --quantization "
+                              f"{'int8' if q['mode'] == 'w8a8' else 'int4'} or another --tensor-parallel-size")
     tp = start_group(world)
     try:
         tp.send_json({'path': str(Path(path).resolve()), **{k: (str(v) if k == 'dtype' else v) for k, v in kw.items()}})

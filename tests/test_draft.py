@@ -153,7 +153,7 @@ def test_checked_positions_follow_the_models_distribution(tiny_engines):
 def test_refusals(default_model, tiny_pair, tmp_path):
     for kw, words in ((dict(draft_model='x'), 'add --speculative draft'),
                       (dict(speculative='ngram', draft_quantization='int4'), 'add --speculative draft'),
-                      (dict(speculative='draft', draft_quantization='int2'), 'must be none, int8 or int4'),
+                      (dict(speculative='draft', draft_quantization='int2'), 'must be none, int8, int4, w8a8 or w4a8'),
                       (dict(speculative='draft', tensor_parallel_size=2), 'not built yet')):
         with pytest.raises(ConfigError, match=words): EngineConfig(**kw)
     target, _ = tiny_pair

@@ -40,16 +40,29 @@ def wide(tmp_path_factory):
 
 @needs_vnni
 @pytest.mark.parametrize('rows', [1, 4, 5, 31])
-def test_layers_equal_their_integer_reference(rows):
-    "Each layer's forward (its own packed copy, bias, bfloat16 and float32 out) equals the PyTorch reference over the same codes, bit for bit."
+@pytest.mark.parametrize('threads', [1, 3])
+def test_layers_equal_their_integer_reference(rows, threads):
+    """Each layer's forward (its own packed copy, a bias, bfloat16 and float32 out; 100 outputs, so the last block is
+    narrow and masked) equals the PyTorch reference over the same codes, bit for bit, on 1 thread and on 3 (the blocks
+    and panels split); and so does the build without tiles, called directly."""
+    from nanoserve.integer import integer_product, w8a8_pack
     g = torch.Generator().manual_seed(rows)
-    w, b = torch.randn(112, 384, generator=g) * 0.1, torch.randn(112, generator=g)
+    w, b = torch.randn(100, 384, generator=g) * 0.1, torch.randn(100, generator=g)
     x = torch.randn(rows, 384, generator=g).bfloat16()
     q, s = quantize_int8(w)
-    assert torch.equal(W8A8Linear(w, b)(x), w8a8_reference(x, q, s, b))
-    assert torch.equal(W8A8Linear(w, b, wide=True)(x), w8a8_reference(x, q, s, b, wide=True))
     q4, s4, z4 = quantize_int4(w, 64)
-    assert torch.equal(W4A8Linear(w, b, 64)(x), w4a8_reference(x, q4, s4, z4, 64, b))
+    was = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert torch.equal(W8A8Linear(w, b)(x), w8a8_reference(x, q, s, b))
+        assert torch.equal(W8A8Linear(w, b, wide=True)(x), w8a8_reference(x, q, s, b, wide=True))
+        assert torch.equal(W4A8Linear(w, b, 64)(x), w4a8_reference(x, q4, s4, z4, 64, b))
+        assert torch.equal(W4A8Linear(w, b, 64, wide=True)(x), w4a8_reference(x, q4, s4, z4, 64, b, wide=True))
+        dots = int8_kernel(tiles=False)
+        assert torch.equal(integer_product('w8a8_linear', x, w8a8_pack(q, s), b, 100, lib=dots), w8a8_reference(x, q, s, b))
+        assert torch.equal(integer_product('w4a8_linear', x, w4a8_pack(q4, s4, z4, 64), b, 100, lib=dots),
+                           w4a8_reference(x, q4, s4, z4, 64, b))
+    finally: torch.set_num_threads(was)
 
 @needs_vnni
 @pytest.mark.parametrize('mode', MODES)

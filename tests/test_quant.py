@@ -72,11 +72,11 @@ def test_refusals(tiny, default_model):
     with pytest.raises(ConfigError, match='quantize=nanoserve.quant.quantize_model'):
         build_engine(path, quantization='int8', quantize=None)
     with pytest.raises(ConfigError, match='Engine.build assembles the eager engine only'): Engine.build(path, quantization='int4')
-    with pytest.raises(ConfigError, match='must be none, int8 or int4'): build_engine(path, quantization='int5', quantize=quantize_model)
+    with pytest.raises(ConfigError, match='must be none, int8, int4, w8a8 or w4a8'): build_engine(path, quantization='int5', quantize=quantize_model)
     with pytest.raises(ConfigError, match='32, 64, 128 or 256'): build_engine(path, quantization='int4', quant_group_size=48, quantize=quantize_model)
     m = build_engine(path, dtype='bfloat16', quantization='int8', quantize=quantize_model).model
     with pytest.raises(ConfigError, match='already quantized'): quantize_model(m, 'int4')
-    for flags, fragment in ((['--quantization', 'int3'], 'must be none, int8 or int4'),
+    for flags, fragment in ((['--quantization', 'int3'], 'must be none, int8, int4, w8a8 or w4a8'),
                             (['--quantization', 'int4', '--quant-group-size', '128', '--tensor-parallel-size', '3'], 'choose a --quant-group-size')):
         r = subprocess.run([NANOSERVE, 'generate', '--model', str(default_model), *flags, 'hi'], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and fragment in r.stderr, r.stderr

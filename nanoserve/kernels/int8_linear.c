@@ -13,7 +13,7 @@
    Build     INT8_FLAGS in nanoserve/integer.py: -O3 -fopenmp -fPIC -shared -std=c11, as 'int8_linear' (AMX-INT8 tiles
              past TILE_ROWS rows, AVX512-VNNI dot products up to it) or 'int8_dot_linear' (-DNO_TILES: a CPU with
              AVX512-VNNI and no AMX, dot products at every row count).  TILE_ROWS may be set with -D to measure.
-   Checked   nbs/67_integer.ipynb: each product against its integer reference in PyTorch, bit for bit, and its rows'
+   Checked   nbs/06_integer.ipynb: each product against its integer reference in PyTorch, bit for bit, and its rows'
              bits across row and thread counts; tests/test_integer.py.
 
    Why a row's bits never depend on its batch: a group's sum is an integer, exact in any order, so the tiles and the
@@ -39,7 +39,11 @@
 #define TILE_ROWS 4
 #endif
 #endif
-#define A8_GROUP 64                         /* W8A8's activation group: a tile's depth */
+/* W8A8's activation group: a tile's depth (a multiple of 64 may be set with -D to measure what groups cost:
+   bench/experiments/int8_groups.py) */
+#ifndef A8_GROUP
+#define A8_GROUP 64
+#endif
 #define NB 64                               /* output columns of a W8A8 block: four vectors, or four tiles, of 16 */
 #define ROWS 6                              /* rows of a dot-product pass: 6 x 2 int32 and 6 x 2 float32 sums */
 #define Q4_NB 32                            /* output columns of a W4A8 block: two vectors */
@@ -66,11 +70,17 @@ TGT static inline __m512 widen(const uint16_t *x) {         /* 16 bfloat16 -> fl
 
 /* The codes of a row's group of g inputs (bfloat16; g a multiple of 16): amax the group's largest |x|,
    xq[k] = x * (127 / amax) rounded to the nearest integer (ties to even: the CPU's rounding mode, as torch.round), and
-   the scale amax / 127: x ~ xq * scale.  A group of zeros has codes 0 and scale 0. */
+   the scale amax / 127: x ~ xq * scale.  A group of zeros has codes 0 and scale 0; a group holding a NaN has the
+   scale NaN (max would drop it), so its row's outputs are NaN, as a float product's would be. */
 TGT static float quantize_group(const uint16_t *x, int8_t *xq, int64_t g) {
     __m512 mx = _mm512_setzero_ps();
-    for (int64_t k = 0; k < g; k += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(widen(x + k)));
-    float amax = _mm512_reduce_max_ps(mx);
+    __mmask16 nan = 0;
+    for (int64_t k = 0; k < g; k += 16) {
+        __m512 v = widen(x + k);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+    }
+    float amax = nan ? __builtin_nanf("") : _mm512_reduce_max_ps(mx);
     __m512 iv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
     /* |x * inv| <= 127 up to one rounding: the saturating narrowing keeps the codes in int8 */
     for (int64_t k = 0; k < g; k += 16)
@@ -232,9 +242,10 @@ TGT static int w8_dots(const int8_t *xq, const float *xs, const uint8_t *p, cons
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tilecfg;
 
 /* The tiles (tdpbssd: signed codes times signed weights, no correction): 0-3 a group's sums (int32, 16 rows x 16
-   columns each: the block's 64), 4 the codes (16 rows x 64 inputs: one group), 5-7 the weights (16 words of 4 inputs
-   x 16 columns).  For each 16 rows: a group's sums in four tiles, stored, and added into the rows' float32 sums times
-   their group scales, group after group; the blocks split across threads.  xq and xs padded to Mp rows (zeros).
+   columns each: the block's 64), 4 the codes (16 rows x 64 inputs: a group, or a step of one), 5-7 the weights (16
+   words of 4 inputs x 16 columns).  For each 16 rows: a group's sums in four tiles, stored, and added into the rows'
+   float32 sums times their group scales, group after group; the blocks split across threads.  xq and xs padded to Mp
+   rows (zeros).
    (Tried: 16 x 16 outputs a pass with their float32 sums in registers and two groups in flight, 0.8x of this: the
    codes' tile loaded again for each 16 columns.) */
 TGT static void w8_tiles(const int8_t *xq, const float *xs, const uint8_t *p, const uint16_t *bias, void *out,
@@ -245,8 +256,12 @@ TGT static void w8_tiles(const int8_t *xq, const float *xs, const uint8_t *p, co
     #pragma omp parallel num_threads(nthreads)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        tilecfg cfg = {0}; cfg.palette = 1;
-        for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+        tilecfg cfg = {0};
+        cfg.palette = 1;
+        for (int i = 0; i < 8; i++) {
+            cfg.rows[i] = 16;
+            cfg.colsb[i] = 64;
+        }
         _tile_loadconfig(&cfg);
         int32_t c[16 * NB] __attribute__((aligned(64)));
         float f[16 * NB] __attribute__((aligned(64)));      /* the float32 sums of 16 rows x the block's columns */
@@ -256,16 +271,31 @@ TGT static void w8_tiles(const int8_t *xq, const float *xs, const uint8_t *p, co
             for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
                 memset(f, 0, sizeof f);
                 for (int64_t gi = 0; gi < G; gi++) {
-                    const int8_t *bk = blk + gi * A8_GROUP * nb;    /* the group's inputs of the block: nb * 64 bytes */
-                    if (m0 == 0)                         /* the first 16 rows stream the block: ask ahead */
-                        for (int64_t l = 0; l < nb * 64; l += 64)
-                            _mm_prefetch((const char *)bk + 8192 + l, _MM_HINT_T0);
-                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                    _tile_loadd(4, xq + m0 * K + gi * A8_GROUP, K);
-                    _tile_loadd(5, bk, ldb); _tile_dpbssd(0, 4, 5);
-                    if (nv > 1) { _tile_loadd(6, bk + 64, ldb); _tile_dpbssd(1, 4, 6); }
-                    if (nv > 2) { _tile_loadd(7, bk + 128, ldb); _tile_dpbssd(2, 4, 7); }
-                    if (nv > 3) { _tile_loadd(5, bk + 192, ldb); _tile_dpbssd(3, 4, 5); }
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                    for (int64_t k = gi * A8_GROUP; k < (gi + 1) * A8_GROUP; k += 64) {     /* a tile's depth a step */
+                        const int8_t *bk = blk + k * nb;             /* 64 inputs of the block: nb * 64 bytes */
+                        if (m0 == 0)                     /* the first 16 rows stream the block: ask ahead */
+                            for (int64_t l = 0; l < nb * 64; l += 64)
+                                _mm_prefetch((const char *)bk + 8192 + l, _MM_HINT_T0);
+                        _tile_loadd(4, xq + m0 * K + k, K);
+                        _tile_loadd(5, bk, ldb);
+                        _tile_dpbssd(0, 4, 5);
+                        if (nv > 1) {
+                            _tile_loadd(6, bk + 64, ldb);
+                            _tile_dpbssd(1, 4, 6);
+                        }
+                        if (nv > 2) {
+                            _tile_loadd(7, bk + 128, ldb);
+                            _tile_dpbssd(2, 4, 7);
+                        }
+                        if (nv > 3) {
+                            _tile_loadd(5, bk + 192, ldb);
+                            _tile_dpbssd(3, 4, 5);
+                        }
+                    }
                     _tile_stored(0, c, NB * 4);
                     if (nv > 1) _tile_stored(1, c + 16, NB * 4);
                     if (nv > 2) _tile_stored(2, c + 32, NB * 4);
@@ -292,15 +322,19 @@ TGT static void w8_tiles(const int8_t *xq, const float *xs, const uint8_t *p, co
 #endif
 
 /* y = x @ (q * s).T (+ b) over w8a8_pack's layout: x quantized a group at a time, then the tiles past TILE_ROWS rows
-   and the dot products up to it.  0; 1 when out of memory; 2 when K is not a multiple of 64. */
+   and the dot products up to it.  0; 1 when out of memory; 2 when K is not a positive multiple of 64. */
 TGT int w8a8_linear(const uint16_t *x, const void *packed, const uint16_t *bias, void *out, int64_t M, int64_t N,
                     int64_t K, int nthreads, int f32) {
-    if (K % A8_GROUP) return 2;
+    if (K < A8_GROUP || K % A8_GROUP) return 2;
     if (M < 1) return 0;
     int64_t Mp = M > TILE_ROWS ? (M + 15) / 16 * 16 : M, G = K / A8_GROUP;
     int8_t *xq = aligned_alloc(64, (Mp * K + 63) / 64 * 64);
     float *xs = malloc(Mp * G * 4);
-    if (!xq || !xs) { free(xq); free(xs); return 1; }
+    if (!xq || !xs) {
+        free(xq);
+        free(xs);
+        return 1;
+    }
     a8_quantize(x, xq, xs, M, K, A8_GROUP, nthreads);
     memset(xq + M * K, 0, (Mp - M) * K);
     memset(xs + M * G, 0, (Mp - M) * G * 4);
@@ -310,7 +344,8 @@ TGT int w8a8_linear(const uint16_t *x, const void *packed, const uint16_t *bias,
     else
 #endif
     rc = w8_dots(xq, xs, packed, bias, out, M, N, K, nthreads, f32);
-    free(xq); free(xs);
+    free(xq);
+    free(xs);
     return rc;
 }
 
@@ -405,7 +440,7 @@ TGT int w4a8_linear(const uint16_t *x, const void *packed, const uint16_t *bias,
                     int64_t K, int nthreads, int f32) {
     int64_t g;
     memcpy(&g, packed, 8);
-    if (g < 16 || g % 16 || K % g || K % 64) return 2;
+    if (g < 16 || g % 16 || K < 64 || K % g || K % 64) return 2;
     if (M < 1) return 0;
     int64_t nblocks = (N + Q4_NB - 1) / Q4_NB, K4 = K / 4, G = K / g, gb = w4_group_bytes(g);
     int64_t panels = (M + ROWS - 1) / ROWS, ld = M > 1 ? ROWS : 1;
@@ -413,7 +448,13 @@ TGT int w4a8_linear(const uint16_t *x, const void *packed, const uint16_t *bias,
     int8_t *xq = aligned_alloc(64, (M * K + 63) / 64 * 64);
     float *xs = malloc(M * G * 4), *sx = malloc(M * G * 4);
     int32_t *xt = M > 1 ? malloc(panels * ROWS * K4 * 4) : 0;
-    if (!xq || !xs || !sx || (M > 1 && !xt)) { free(xq); free(xs); free(sx); free(xt); return 1; }
+    if (!xq || !xs || !sx || (M > 1 && !xt)) {
+        free(xq);
+        free(xs);
+        free(sx);
+        free(xt);
+        return 1;
+    }
     a8_quantize(x, xq, xs, M, K, g, nthreads);
     if (M == 1) xt = (int32_t *)xq;
     #pragma omp parallel num_threads(nthreads)
@@ -440,6 +481,8 @@ TGT int w4a8_linear(const uint16_t *x, const void *packed, const uint16_t *bias,
         }
     }
     if (M > 1) free(xt);
-    free(xq); free(xs); free(sx);
+    free(xq);
+    free(xs);
+    free(sx);
     return 0;
 }
