@@ -83,8 +83,8 @@ def pytest_terminal_summary(terminalreporter):
            'avx512_bf16': "bfloat16 attention in the shared order on AVX512-BF16's dot products (no AMX here: its "
                           "tile build is not run)",
            None: "bfloat16 attention in the decode kernel's float32 order (no AVX512-BF16 here)"}[bf16_isa()]
-    a8 = {'amx': "w8a8 products on AMX-INT8's tiles past 4 rows and VNNI's dot products up to them (both builds "
-                 "checked bit for bit), w4a8 on VNNI's dot products",
+    a8 = {'amx': "w8a8 and w4a8 products on AMX-INT8's tiles past 4 rows and VNNI's dot products up to them (both "
+                 "builds checked bit for bit)",
           'avx512_vnni': "w8a8 and w4a8 products on VNNI's dot products (no AMX here: the tile path is not run)",
           None: "no w8a8 or w4a8 products (no AVX512-VNNI here: the integer modes are refused)"}[a8_isa()]
     terminalreporter.write_line(f"cpu: {cpu_model()}; batch-invariant paths covered here: bfloat16 products on {bf}; "

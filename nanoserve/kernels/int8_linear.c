@@ -433,15 +433,135 @@ TGT static inline __attribute__((always_inline)) void w4_pass(const int32_t *xt,
                               OUT_AT(out, m * N + n0, f32), N, min64(Q4_NB, N - n0), bias ? bias + n0 : 0, n, f32); \
                       break;
 
-/* y = x @ w.T (+ b) over w4a8_pack's layout, any number of rows, through the dot products: x quantized in the weights'
-   groups, its codes in panels of ROWS rows (words [K/4][ROWS]), each row's scaled group sums beside them; the blocks
-   split across threads.  0; 1 when out of memory; 2 when K is not a multiple of g and 64, or g of 16. */
+#ifndef NO_TILES
+/* The tiles for W4A8 (tdpbssd: the activations' codes times the weights' codes 0..15 as signed bytes): each block's
+   codes widened once to int8 in the layout B tiles load (a word of four inputs a column, 16 columns a 64-byte row, the
+   block's two halves side by side: [K/4][2][64]), then for each 16 rows, each group's sums in two tiles (0-1: 16 rows
+   x 16 columns each), a group of g inputs a tile's depth at a time (2: the codes, 16 rows x up to 64 inputs; 3-4: the
+   weights), stored, and added into the rows' float32 sums as the dot products add them: d = float(sum) * s, then
+   f = fma(d, xs, f), then f = fma(c, sx, f), group after group.  So a row's bits are the dot products'.  xq, xs and
+   sx padded to Mp rows (zeros).  1 when out of memory. */
+TGT static int w4_tiles(const int8_t *xq, const float *xs, const float *sx, const uint8_t *p, const uint16_t *bias,
+                        void *out, int64_t M, int64_t Mp, int64_t N, int64_t K, int64_t g, int nthreads,
+                        const int f32) {
+    int64_t nblocks = (N + Q4_NB - 1) / Q4_NB, G = K / g, gb = w4_group_bytes(g), step = g < 64 ? g : 64;
+    int failed = 0;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int8_t *wide = aligned_alloc(64, K / 4 * 128);
+        float *f = aligned_alloc(64, 16 * Q4_NB * 4);
+        int32_t c[16 * Q4_NB] __attribute__((aligned(64)));
+        if (!wide || !f) {
+            _Pragma("omp atomic write")
+            failed = 1;
+        }
+        else {
+            tilecfg cfg = {0};
+            cfg.palette = 1;
+            for (int i = 0; i < 2; i++) {                /* the sums */
+                cfg.rows[i] = 16;
+                cfg.colsb[i] = 64;
+            }
+            cfg.rows[2] = 16;                            /* the codes: 16 rows x step inputs */
+            cfg.colsb[2] = (uint16_t)step;
+            for (int i = 3; i < 5; i++) {                /* the weights: step / 4 words x 16 columns */
+                cfg.rows[i] = (uint8_t)(step / 4);
+                cfg.colsb[i] = 64;
+            }
+            _tile_loadconfig(&cfg);
+            const __m512i low = _mm512_set1_epi8(15);
+            for (int64_t b = nblocks * t / nt; b < nblocks * (t + 1) / nt; b++) {
+                int64_t n0 = b * Q4_NB;
+                const uint8_t *blk = p + b * G * gb;
+                for (int64_t gi = 0; gi < G; gi++) {
+                    const uint8_t *codes = blk + gi * gb + 2 * Q4_NB * 4;
+                    for (int64_t w = 0; w < g / 4; w++) {
+                        __m512i v = _mm512_loadu_si512(codes + w * 64);
+                        int8_t *row = wide + (gi * g / 4 + w) * 128;
+                        _mm512_store_si512(row, _mm512_and_si512(v, low));
+                        _mm512_store_si512(row + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+                    }
+                }
+                for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
+                    memset(f, 0, 16 * Q4_NB * 4);
+                    for (int64_t gi = 0; gi < G; gi++) {
+                        const float *sc = (const float *)(blk + gi * gb), *cc = sc + Q4_NB;
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        for (int64_t k = gi * g; k < (gi + 1) * g; k += step) {
+                            _tile_loadd(2, xq + m0 * K + k, K);
+                            _tile_loadd(3, wide + k / 4 * 128, 128);
+                            _tile_dpbssd(0, 2, 3);
+                            _tile_loadd(4, wide + k / 4 * 128 + 64, 128);
+                            _tile_dpbssd(1, 2, 4);
+                        }
+                        _tile_stored(0, c, Q4_NB * 4);
+                        _tile_stored(1, c + 16, Q4_NB * 4);
+                        for (int j = 0; j < 2; j++) {
+                            __m512 sj = _mm512_loadu_ps(sc + 16 * j), cj = _mm512_loadu_ps(cc + 16 * j);
+                            for (int r = 0; r < 16; r++) {
+                                float *fr = f + r * Q4_NB + 16 * j;
+                                __m512i sum = _mm512_load_si512(c + r * Q4_NB + 16 * j);
+                                __m512 d = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), sj);
+                                __m512 xg = _mm512_set1_ps(xs[(m0 + r) * G + gi]);
+                                __m512 acc = _mm512_fmadd_ps(d, xg, _mm512_load_ps(fr));
+                                _mm512_store_ps(fr, _mm512_fmadd_ps(cj, _mm512_set1_ps(sx[(m0 + r) * G + gi]), acc));
+                            }
+                        }
+                    }
+                    for (int r = 0; r < 16 && m0 + r < M; r++)
+                        for (int j = 0; j < 2 && n0 + 16 * j < N; j++)
+                            store_vec(OUT_AT(out, (m0 + r) * N + n0 + 16 * j, f32), cols_mask(N - n0 - 16 * j),
+                                      _mm512_load_ps(f + r * Q4_NB + 16 * j), 0, bias ? bias + n0 + 16 * j : 0,
+                                      f32);
+                }
+            }
+            _tile_release();
+        }
+        free(wide);
+        free(f);
+    }
+    return failed;
+}
+#endif
+
+/* y = x @ w.T (+ b) over w4a8_pack's layout, any number of rows: the tiles past TILE_ROWS rows (w4_tiles), else the dot
+   products: x quantized in the weights' groups, its codes in panels of ROWS rows (words [K/4][ROWS]), each row's scaled
+   group sums beside them; the blocks split across threads.  0; 1 when out of memory; 2 when K is not a multiple of g
+   and 64, or g of 16. */
 TGT int w4a8_linear(const uint16_t *x, const void *packed, const uint16_t *bias, void *out, int64_t M, int64_t N,
                     int64_t K, int nthreads, int f32) {
     int64_t g;
     memcpy(&g, packed, 8);
     if (g < 16 || g % 16 || K < 64 || K % g || K % 64) return 2;
     if (M < 1) return 0;
+#ifndef NO_TILES
+    if (M > TILE_ROWS) {
+        int64_t Mp = (M + 15) / 16 * 16, Gt = K / g;
+        int8_t *tq = aligned_alloc(64, (Mp * K + 63) / 64 * 64);
+        float *ts = malloc(Mp * Gt * 4), *tsx = malloc(Mp * Gt * 4);
+        int rc = 1;
+        if (tq && ts && tsx) {
+            a8_quantize(x, tq, ts, M, K, g, nthreads);
+            memset(tq + M * K, 0, (Mp - M) * K);
+            memset(ts + M * Gt, 0, (Mp - M) * Gt * 4);
+            memset(tsx + M * Gt, 0, (Mp - M) * Gt * 4);
+            #pragma omp parallel for num_threads(nthreads) schedule(static)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t gi = 0; gi < Gt; gi++) {
+                    int32_t sum = 0;
+                    for (int64_t k = gi * g; k < (gi + 1) * g; k++) sum += tq[m * K + k];
+                    tsx[m * Gt + gi] = ts[m * Gt + gi] * (float)sum;
+                }
+            rc = w4_tiles(tq, ts, tsx, (const uint8_t *)packed + 64, bias, out, M, Mp, N, K, g, nthreads, f32);
+        }
+        free(tq);
+        free(ts);
+        free(tsx);
+        return rc;
+    }
+#endif
     int64_t nblocks = (N + Q4_NB - 1) / Q4_NB, K4 = K / 4, G = K / g, gb = w4_group_bytes(g);
     int64_t panels = (M + ROWS - 1) / ROWS, ld = M > 1 ? ROWS : 1;
     const uint8_t *p = (const uint8_t *)packed + 64;
