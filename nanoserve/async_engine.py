@@ -117,10 +117,11 @@ class AsyncEngine:
     def chat_knows_tools(self) -> bool:
         "The model's chat template reads a `tools` variable (Llama 3.1, Qwen 2.5, Hermes); SmolLM2's does not."
         return 'tools' in (self.engine.tokenizer.chat_template or '')
-    def encode_chat(self, messages: list[dict], tools: list | None = None,
-                    add_generation_prompt: bool = True) -> list[int]:
-        "Token ids of `messages` through the chat template, with `tools` passed to it as transformers passes them."
-        return self.engine.tokenizer.encode_chat(messages, add_generation_prompt, tools)
+    def encode_chat(self, messages: list[dict], tools: list | None = None, add_generation_prompt: bool = True,
+                    template_kwargs: dict | None = None) -> list[int]:
+        """Token ids of `messages` through the chat template, with `tools` passed to it as transformers passes them
+        and `template_kwargs` as more of its variables."""
+        return self.engine.tokenizer.encode_chat(messages, add_generation_prompt, tools, **(template_kwargs or {}))
 
     def _deliver(self, rid: str, item):
         if (s := self._streams.get(rid)) is None: return

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument('--generation-config', default='auto', metavar='auto|none|DIR',
                     help="default sampling from the model's generation_config.json (auto, the default), the API's "
                          "(none), or DIR's file")
+    sv.add_argument('--reasoning-parser', default=None, choices=('qwen3', 'deepseek_r1'),
+                    help="split a thinking model's chat answers: the text between <think> and </think> goes to "
+                         "message.reasoning (and reasoning_content), streamed as delta.reasoning (default: off)")
     sv.add_argument('--log-level', default='warning', help='uvicorn log level')
     add_engine_flags(sv)
     from nanoserve.chat import add_chat_flags

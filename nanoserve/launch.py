@@ -18,6 +18,7 @@ from .parallel import ranks_released_on_error
 from .async_engine import AsyncEngine
 from .serve import health_payload, serve_engine
 from .protocol import generation_defaults
+from .reasoning import check_reasoning_parser
 from .compile import compile_layers
 from .buckets import row_buckets, width_buckets
 from .capture import CapturedDecode, CaptureError, RECORDERS, make_recorder, check_all_shapes_captured
@@ -309,9 +310,10 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
               api_key: str | None = None,
               max_waiting: int | None = None, max_tokens_default: int | None = None, log=print, batch=PersistentBatch,
               quantize=quantize_model,
-              generation_config: str = 'auto', **kw):
+              generation_config: str = 'auto', reasoning_parser: str | None = None, **kw):
     "Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, aengine)."
     config = check_capture_settings(replace(config or EngineConfig(), **kw))
+    check_reasoning_parser(reasoning_parser)
     path = model_dir(model, config, log)
     config = with_checkpoint_quantization(path, config)
     # a bad generation_config.json is refused before the model loads
@@ -327,7 +329,7 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
     except BootUnsound:
         aeng.shutdown()
         raise
-    return serve_engine(aeng, name, info, api_key, max_waiting, max_tokens_default, defaults)
+    return serve_engine(aeng, name, info, api_key, max_waiting, max_tokens_default, defaults, reasoning_parser)
 
 def serve(args, batch=PersistentBatch, quantize=quantize_model) -> int:
     "The `nanoserve serve` command: boot, print what was built, serve with uvicorn."
@@ -340,7 +342,8 @@ def serve(args, batch=PersistentBatch, quantize=quantize_model) -> int:
     name = args.served_model_name or model_name(args.model, path)
     app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log,
                           batch=batch, quantize=quantize,
-                          generation_config=getattr(args, 'generation_config', 'auto'))
+                          generation_config=getattr(args, 'generation_config', 'auto'),
+                          reasoning_parser=getattr(args, 'reasoning_parser', None))
     for line in boot_lines(aeng.engine, name): log(line)
     d = app.state.served.health['request_defaults']
     log(f"request defaults: max_tokens {d['max_tokens']['chat']} (chat), {d['max_tokens']['completions']} "

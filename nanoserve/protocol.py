@@ -16,10 +16,10 @@ from .tools import as_hermes, check_history_calls, check_tools, tool_mode, force
 from .async_engine import AsyncEngine, EngineRequest
 
 # %% auto #0
-__all__ = ['UNSUPPORTED', 'GENERATION_FIELDS', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatRequest',
+__all__ = ['UNSUPPORTED', 'GENERATION_FIELDS', 'TEMPLATE_OWN', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatRequest',
            'TokenizeRequest', 'DetokenizeRequest', 'UnsupportedField', 'check_unsupported', 'not_text', 'check_text',
-           'generation_defaults', 'with_defaults', 'request_max_tokens', 'content_text', 'chat_messages', 'prompts_of',
-           'structured_of', 'sampling_params', 'InputProcessor']
+           'generation_defaults', 'with_defaults', 'request_max_tokens', 'content_text', 'chat_messages',
+           'template_kwargs', 'thinking_off', 'prompts_of', 'structured_of', 'sampling_params', 'InputProcessor']
 
 # %% ../nbs/31_protocol.ipynb #1e3194e8
 class StreamOptions(BaseModel):
@@ -90,6 +90,8 @@ class ChatRequest(_Sampling):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
+    # more variables for the chat template (vLLM's): Qwen3's {"enable_thinking": false}
+    chat_template_kwargs: dict[str, Any] | None = None
     audio: Any = None
     modalities: Any = None
     prediction: Any = None
@@ -107,6 +109,7 @@ class TokenizeRequest(BaseModel):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
 
 class DetokenizeRequest(BaseModel):
     "POST /detokenize (vLLM's)."
@@ -257,6 +260,23 @@ def chat_messages(body: ChatRequest | TokenizeRequest, template_knows_tools: boo
         return as_hermes(msgs, tools if uses_tools else None)
     return msgs
 
+TEMPLATE_OWN = ('messages', 'tools', 'add_generation_prompt')     # variables the request's own fields set
+
+def template_kwargs(body: ChatRequest | TokenizeRequest) -> dict:
+    "The body's `chat_template_kwargs`, refused where they would set what its own fields set."
+    kw = body.chat_template_kwargs or {}
+    if taken := [k for k in TEMPLATE_OWN if k in kw]:
+        e = RequestError(f"chat_template_kwargs may not set {', '.join(map(repr, taken))}: "
+                         "send them as the body's own fields")
+        e.param = 'chat_template_kwargs'
+        raise e
+    return kw
+
+def thinking_off(body) -> bool:
+    "The body turned the model's thinking off (`enable_thinking` or `thinking` false in chat_template_kwargs)."
+    kw = getattr(body, 'chat_template_kwargs', None) or {}
+    return kw.get('enable_thinking') is False or kw.get('thinking') is False
+
 def prompts_of(body: CompletionRequest) -> list:
     "The prompts of a completions body: each a string or a list of token ids."
     p = body.prompt
@@ -317,9 +337,9 @@ class InputProcessor:
 
     def prompt_ids(self, prompt: str | list[int] | None = None, messages: list[dict] | None = None,
                    tools: list | None = None, add_special_tokens: bool = True,
-                   add_generation_prompt: bool = True) -> list[int]:
+                   add_generation_prompt: bool = True, template_kwargs: dict | None = None) -> list[int]:
         "The one route from a prompt to token ids: text, token ids as they are, or chat messages through the template."
-        if messages is not None: return self.aeng.encode_chat(messages, tools, add_generation_prompt)
+        if messages is not None: return self.aeng.encode_chat(messages, tools, add_generation_prompt, template_kwargs)
         return self.aeng.encode(prompt, add_special_tokens) if isinstance(prompt, str) else list(prompt)
 
     def choices(self, ids: list[int], params: list[SamplingParams], **kw) -> list[EngineRequest]:
@@ -348,7 +368,8 @@ class InputProcessor:
         structured = structured_of(body, forced_structured(mode, tools, body.parallel_tool_calls) if tools else None)
         knows = self.aeng.chat_knows_tools
         ids = self.prompt_ids(messages=chat_messages(body, knows),
-                              tools=body.tools if knows and mode != 'none' else None)
+                              tools=body.tools if knows and mode != 'none' else None,
+                              template_kwargs=template_kwargs(body))
         room = self.aeng.max_model_len - len(ids)
         max_tokens = request_max_tokens(body, self.defaults, self.default_max_tokens, room=room)
         params = [sampling_params(body, j, max_tokens, structured, self.defaults) for j in range(body.n)]
@@ -362,4 +383,5 @@ class InputProcessor:
         if body.prompt is not None: return self.prompt_ids(body.prompt, add_special_tokens=body.add_special_tokens)
         if not body.messages: raise RequestError("messages: give at least one message")
         msgs = chat_messages(body, self.aeng.chat_knows_tools)
-        return self.prompt_ids(messages=msgs, add_generation_prompt=body.add_generation_prompt)
+        return self.prompt_ids(messages=msgs, add_generation_prompt=body.add_generation_prompt,
+                               template_kwargs=template_kwargs(body))

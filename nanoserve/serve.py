@@ -46,10 +46,11 @@ def health_payload(engine: Engine, model_name: str) -> dict:
                         'bytes': weight_bytes(model)}}
 
 def serve_engine(engine: Engine | AsyncEngine, model_name: str, health: dict | None = None, api_key: str | None = None,
-                 max_waiting: int | None = None, max_tokens_default: int | None = None, defaults: dict | None = None):
+                 max_waiting: int | None = None, max_tokens_default: int | None = None, defaults: dict | None = None,
+                 reasoning_parser: str | None = None):
     "Engine -> AsyncEngine (its loop starts here unless handed one) -> FastAPI app; returns (app, async_engine)."
     aeng = engine if isinstance(engine, AsyncEngine) else AsyncEngine(engine)
     engine = aeng.engine
     app = create_app(aeng, model_name, health or health_payload(engine, model_name), api_key, max_waiting,
-                     default_max_tokens=max_tokens_default, defaults=defaults)
+                     default_max_tokens=max_tokens_default, defaults=defaults, reasoning_parser=reasoning_parser)
     return app, aeng

@@ -16,7 +16,8 @@ from . import __version__
 from .core import NanoserveError
 from .core import RequestError
 from .protocol import CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, InputProcessor
-from .protocol import check_text
+from .protocol import check_text, thinking_off
+from .reasoning import ReasoningStream, split_reasoning, check_reasoning_parser
 from .tools import forced_calls, parse_tool_calls, call_id
 from .async_engine import AsyncEngine, EngineDeadError, EngineRequest
 
@@ -25,7 +26,8 @@ __all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'ROUTES', 'error_response', 'Capture
            'SchedulerCollector', 'ServerMetrics', 'run_choices', 'Served', 'served_of', 'guard', 'on_http_error',
            'on_invalid', 'refused', 'unknown_model', 'admit', 'at_capacity', 'get_health', 'get_metrics', 'get_version',
            'get_models', 'tokenize', 'detokenize', 'Reply', 'calls_of', 'logprobs_of', 'choice', 'usage', 'collect',
-           'sse_data', 'sse', 'completions', 'chat', 'respond', 'openapi_schema', 'request_defaults_info', 'create_app']
+           'sse_data', 'sse', 'completions', 'chat', 'reasoning_of', 'respond', 'openapi_schema',
+           'request_defaults_info', 'create_app']
 
 # %% ../nbs/32_server.ipynb #118df800
 def error_response(status: int, message: str, type_: str = 'invalid_request_error', param: str | None = None,
@@ -204,6 +206,7 @@ class Served:
     max_waiting: int | None = None
     max_body_bytes: int = 1 << 20
     inputs: InputProcessor | None = None       # bodies -> engine requests, with the defaults of what a body leaves out
+    reasoning_parser: str | None = None        # --reasoning-parser: chat answers split into reasoning and content
 
 def served_of(request: Request) -> Served: return request.app.state.served
 
@@ -329,6 +332,7 @@ class Reply:
     requests: list[EngineRequest]   # one a choice: its echo and its tool mode shape its answer
     n: int = 1                      # choices a prompt: usage counts each prompt once
     include_usage: bool = False     # streamed: a last chunk with the usage
+    reasoning: str | None = None    # the reasoning parser that splits each chat answer, or None
 
 def calls_of(req: EngineRequest, text: str, finish: str):
     "(content, tool calls, finish_reason) of a finished chat choice that may call tools."
@@ -356,9 +360,12 @@ def choice(r: Reply, i: int, o):
     req = r.requests[i]
     if r.kind == 'text_completion':
         return {'index': i, 'text': req.echo + o.text, 'finish_reason': o.finish_reason, 'logprobs': lp}
-    if req.tool_mode: content, calls, finish = calls_of(req, o.text, o.finish_reason)
-    else: content, calls, finish = o.text, None, o.finish_reason
+    think, text = split_reasoning(o.text, r.reasoning) if r.reasoning else (None, o.text)
+    if req.tool_mode: content, calls, finish = calls_of(req, text or '', o.finish_reason)
+    else: content, calls, finish = text if think is None else text or None, None, o.finish_reason
     message = {'role': 'assistant', 'content': content, **({'tool_calls': calls} if calls else {})}
+    # the thought under vLLM's name and its older one, which llama.cpp's server and older clients read
+    if r.reasoning: message.update(reasoning=think, reasoning_content=think)
     return {'index': i, 'message': message, 'finish_reason': finish, 'logprobs': lp}
 
 def usage(prompt: int, completion: int, cached: int = 0) -> dict:
@@ -394,14 +401,15 @@ async def sse(r: Reply, first, stream):
     def event(choices, **extra):
         return sse_data({'id': r.rid, 'object': chunk_kind, 'created': r.created, 'model': r.s.model_name,
                          'choices': choices, **extra})
-    def chunk(i, delta=None, finish=None, calls=None, o=None):
+    def chunk(i, delta=None, finish=None, calls=None, o=None, think=None):
         lp = None
         # the tokens since the last chunk that carried some
         if o is not None and o.logprobs is not None and sent[i] < len(o.token_ids):
             lp = logprobs_of(r.s.aeng, r.kind, o.token_ids[sent[i]:], o.logprobs[sent[i]:len(o.token_ids)])
             sent[i] = len(o.token_ids)
         if not chat_: return event([{'index': i, 'text': delta or '', 'finish_reason': finish, 'logprobs': lp}])
-        d = {'content': delta} if delta else {}
+        d = {'reasoning': think, 'reasoning_content': think} if think else {}
+        if delta: d['content'] = delta
         if calls: d['tool_calls'] = calls
         return event([{'index': i, 'delta': d, 'finish_reason': finish, **({'logprobs': lp} if lp else {})}])
     # a forced named function streams its arguments as they come;
@@ -410,6 +418,9 @@ async def sse(r: Reply, first, stream):
     mode = r.requests[0].tool_mode                  # the choices of one body share their tool mode
     tools, named = mode is not None, mode not in (None, 'auto', 'required')
     ids, sent, totals, prompt_n, cached = [call_id() for _ in range(n)], [0] * n, [0] * n, [0] * n, [0] * n
+    # the reasoning split: the thought streams as it comes; with tools, the answer is kept for the parse at the end
+    thinks = [ReasoningStream(r.reasoning) if r.reasoning and not named else None for _ in range(n)]
+    answers = [''] * n
     try:
         for i in range(n):
             if chat_: yield event([{'index': i, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}])
@@ -423,11 +434,20 @@ async def sse(r: Reply, first, stream):
         async for i, o, delta in all_items():
             totals[i], prompt_n[i], cached[i] = len(o.token_ids), len(o.prompt_token_ids), o.num_cached_tokens
             if delta and named: yield chunk(i, calls=[{'index': 0, 'function': {'arguments': delta}}], o=o)
+            elif delta and thinks[i] is not None:
+                think, said = thinks[i].push(delta)
+                answers[i] += said
+                if think or (said and not tools): yield chunk(i, None if tools else said, o=o, think=think)
             elif delta and not tools: yield chunk(i, delta, o=o)
             if not o.finished: continue
             finish = o.finish_reason
+            if thinks[i] is not None:
+                think, said = thinks[i].flush()
+                answers[i] += said
+                if think or (said and not tools): yield chunk(i, None if tools else said, o=o, think=think)
             if tools and not named:
-                content, calls, finish = calls_of(r.requests[i], o.text, finish)
+                text = answers[i] if thinks[i] is not None else o.text
+                content, calls, finish = calls_of(r.requests[i], text, finish)
                 if content: yield chunk(i, content, o=o)
                 if calls: yield chunk(i, calls=[{'index': k, **c} for k, c in enumerate(calls)], o=o)
             yield chunk(i, finish=finish, o=o)
@@ -453,9 +473,16 @@ async def chat(body: ChatRequest, request: Request):
     try: requests = s.inputs.chat(body)
     except NanoserveError as e: return refused(e)
     if (full := at_capacity(s, len(requests))) is not None: return full
-    return await respond(s, body, requests, 'chat.completion', 'chatcmpl')
+    return await respond(s, body, requests, 'chat.completion', 'chatcmpl', reasoning_of(s, body, requests))
 
-async def respond(s: Served, body, requests: list[EngineRequest], kind: str, prefix: str):
+def reasoning_of(s: Served, body, requests: list[EngineRequest]) -> str | None:
+    """The parser that splits this chat's answers: the server's, unless the body turned thinking off or its output is
+    constrained (a grammar from the first token leaves no room for a thought)."""
+    if s.reasoning_parser is None or thinking_off(body) or requests[0].params.structured is not None: return None
+    return s.reasoning_parser
+
+async def respond(s: Served, body, requests: list[EngineRequest], kind: str, prefix: str,
+                  reasoning: str | None = None):
     "Run the requests; answer with one JSON body or a stream of events. Engine errors surface before anything is sent."
     rid, created = f"{prefix}-{uuid.uuid4().hex[:16]}", int(time.time())
     stream = run_choices(s.aeng, s.metrics, requests, body.n)
@@ -464,7 +491,7 @@ async def respond(s: Served, body, requests: list[EngineRequest], kind: str, pre
         if isinstance(e, EngineDeadError): return error_response(500, f"the engine failed: {e}", 'server_error')
         return refused(e)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    reply = Reply(s, kind, rid, created, requests, body.n, include_usage)
+    reply = Reply(s, kind, rid, created, requests, body.n, include_usage, reasoning)
     if body.stream: return StreamingResponse(sse(reply, first, stream), media_type='text/event-stream')
     return await collect(reply, first, stream)
 
@@ -492,16 +519,17 @@ def request_defaults_info(default_max_tokens: int | None, defaults: dict) -> dic
 
 def create_app(aeng: AsyncEngine, model_name: str, health: dict, api_key: str | None = None,
                max_waiting: int | None = None, max_body_bytes: int = 1 << 20, default_max_tokens: int | None = None,
-               defaults: dict | None = None) -> FastAPI:
-    """The FastAPI app serving `aeng` as model `model_name`: the routes above, over one `Served`; `defaults`: the
-    model's sampling defaults."""
+               defaults: dict | None = None, reasoning_parser: str | None = None,
+               routes: list | None = None) -> FastAPI:
+    """The FastAPI app serving `aeng` as model `model_name`: `routes` (those above, unless given), over one `Served`;
+    `defaults`: the model's sampling defaults; `reasoning_parser`: --reasoning-parser."""
     app = FastAPI(title='nanoserve', version=__version__)
     health = {**health, 'request_defaults': request_defaults_info(default_max_tokens, defaults or {})}
     inputs = InputProcessor(aeng, defaults, default_max_tokens)
     app.state.served = Served(aeng, ServerMetrics(aeng, model_name), model_name, health, api_key, max_waiting,
-                              max_body_bytes, inputs)
+                              max_body_bytes, inputs, check_reasoning_parser(reasoning_parser))
     app.add_middleware(guard)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_invalid)
-    for method, path, route in ROUTES: app.add_api_route(path, route, methods=[method])
+    for method, path, route in routes or ROUTES: app.add_api_route(path, route, methods=[method])
     return app

@@ -97,10 +97,12 @@ def apply_chat_template(self: Tokenizer, messages: list[dict], add_generation_pr
 
 @patch
 def encode_chat(self: Tokenizer, messages: list[dict], add_generation_prompt: bool = True,
-                tools: list | None = None) -> list[int]:
+                tools: list | None = None, **template_kwargs) -> list[int]:
     """Token ids of the rendered chat; the template wrote the special tokens, so none are added.
-    `tools` reach the template as transformers passes them (a template that reads a `tools` variable lists them)."""
-    text = self.apply_chat_template(messages, add_generation_prompt, **({'tools': tools} if tools else {}))
+    `tools` reach the template as transformers passes them (a template that reads a `tools` variable lists them);
+    `template_kwargs` are more of its variables (Qwen3's `enable_thinking`)."""
+    text = self.apply_chat_template(messages, add_generation_prompt, **template_kwargs,
+                                    **({'tools': tools} if tools else {}))
     return self.encode(text, add_special_tokens=False)
 
 # %% ../nbs/02_tokenizer.ipynb #106d298d
