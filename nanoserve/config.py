@@ -16,7 +16,9 @@ __all__ = ['SUPPORTED_ARCHITECTURES', 'ROPE_TYPES', 'INT4_FILE', 'RopeConfig', '
 # %% ../nbs/01_config.ipynb #8006b893
 SUPPORTED_ARCHITECTURES = {  # HF class name -> model_type
     'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral', 'Qwen2ForCausalLM': 'qwen2',
-    'Qwen3ForCausalLM': 'qwen3'}
+    'Qwen3ForCausalLM': 'qwen3',
+    # the bare decoders, without an LM head: embedding models (Qwen3-Embedding is a Qwen3Model)
+    'LlamaModel': 'llama', 'MistralModel': 'mistral', 'Qwen2Model': 'qwen2', 'Qwen3Model': 'qwen3'}
 ROPE_TYPES = ('default', 'linear', 'llama3')
 # where an int4 checkpoint keeps its decoder layers' codes (the int4 pull writes it, the int4 loader reads it)
 INT4_FILE = 'model-int4.safetensors'
@@ -76,6 +78,10 @@ class ModelConfig:
 
     @property
     def model_type(self) -> str: return SUPPORTED_ARCHITECTURES[self.architecture]
+    @property
+    def bare(self) -> bool:
+        "A decoder without an LM head (`Qwen3Model`, `LlamaModel`): its weights lack the `model.` prefix."
+        return not self.architecture.endswith('ForCausalLM')
     @property
     def q_size(self) -> int: return self.num_attention_heads * self.head_dim   # width of q_proj's output
     @property
@@ -151,14 +157,16 @@ def from_hf(cls: ModelConfig, d: dict) -> ModelConfig:
     if d.get('head_dim') is None and hidden % heads:
         raise ConfigError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) "
                           "and head_dim is not given")
-    bias = bool(d.get('attention_bias', False))
+    bias, kind = bool(d.get('attention_bias', False)), SUPPORTED_ARCHITECTURES[arch]
+    # a bare decoder has no LM head of its own: the embedding stands in for it (tied), holding no memory of its own
+    tied = bool(d.get('tie_word_embeddings', False)) or not arch.endswith('ForCausalLM')
     return cls(arch, **kw, num_key_value_heads=d.get('num_key_value_heads') or heads,
                head_dim=d.get('head_dim') or hidden // heads, rms_norm_eps=float(d.get('rms_norm_eps', 1e-6)),
-               rope=_rope_from_hf(d), tie_word_embeddings=bool(d.get('tie_word_embeddings', False)),
-               qkv_bias=arch == 'Qwen2ForCausalLM' or bias, o_bias=bias and arch != 'Qwen2ForCausalLM',
+               rope=_rope_from_hf(d), tie_word_embeddings=tied,
+               qkv_bias=kind == 'qwen2' or bias, o_bias=bias and kind != 'qwen2',
                mlp_bias=bool(d.get('mlp_bias', False)),
-               qk_norm=arch == 'Qwen3ForCausalLM',
-               sliding_window=d.get('sliding_window') if arch == 'MistralForCausalLM' else None,
+               qk_norm=kind == 'qwen3',
+               sliding_window=d.get('sliding_window') if kind == 'mistral' else None,
                bos_token_id=d.get('bos_token_id'), eos_token_ids=_eos_ids(d.get('eos_token_id')),
                dtype=d.get('dtype') or d.get('torch_dtype'),
                quant_group_size=(d.get('quantization_config') or {}).get('group_size'))

@@ -9,6 +9,7 @@ import contextlib, hashlib, itertools, threading
 from functools import partial
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 import torch
 from .core import ConfigError, parse_dtype, dtype_name, resolve_dtype, DeviceDiscipline
 from .tokenizer import Tokenizer, IncrementalDetokenizer
@@ -155,6 +156,8 @@ class EngineConfig:
                                            "draft); "
                                            "default: int4 for a draft of the served model itself, else the draft "
                                            "checkpoint as it is")
+    runner: str = _flag('generate', "generate (text) or pooling (embeddings: each request's prompt run once, its "
+                        "hidden states pooled as the model's sentence-transformers files say, its KV freed at once)")
 
     def __post_init__(self):
         if self.dtype != 'auto': parse_dtype(self.dtype)
@@ -192,6 +195,13 @@ class EngineConfig:
         if (self.warm_rows or self.warm_width) and not self.capture_decode:
             raise ConfigError("warm_rows and warm_width bound the capture plan, and capture is off: add --cuda-graphs "
                               "(capture_decode with bucket_decode and persist_inputs), or drop them")
+        if self.runner not in ('generate', 'pooling'):
+            raise ConfigError(f"runner (--runner) must be generate or pooling, got {self.runner!r}")
+        if self.runner == 'pooling' and self.tensor_parallel_size > 1:
+            raise ConfigError("--runner pooling runs on one process: drop --tensor-parallel-size")
+        if self.runner == 'pooling' and (self.speculative != 'none' or self.capture_flags):
+            raise ConfigError("--runner pooling runs prompts only, with no decode steps to speculate or record: drop "
+                              f"{'--speculative' if self.speculative != 'none' else '--cuda-graphs'}")
         if self.quantization not in QUANTIZATIONS:
             raise ConfigError("quantization (--quantization) must be none, int8, int4, w8a8 or w4a8, got "
                               f"{self.quantization!r}")
@@ -304,6 +314,7 @@ class RequestOutput:
     num_preemptions: int = 0
     metrics: dict = field(default_factory=dict)   # arrival, first_token, finish times (monotonic seconds)
     num_cached_tokens: int = 0            # prompt tokens whose K/V came from the prefix cache, not computed
+    pooled: Any = None                    # --runner pooling: the prompt's embedding (float32 [dimensions])
 
 # %% ../nbs/20_engine.ipynb #aae0664d
 THRESHOLD = 1 << 30     # allocations below 1 GiB come from the heap, and up to 1 GiB of freed heap stays in the process
@@ -535,6 +546,10 @@ class Engine:
               decode_path=None, batch=None, **kw) -> Engine:
         "The eager engine for a model directory (or a loaded model and its tokenizer); `kw` overrides `config` fields."
         config = with_checkpoint_quantization(model, replace(config or EngineConfig(), **kw))
+        if config.runner == 'pooling':
+            raise ConfigError("--runner pooling: Engine.build assembles the text engine; "
+                              "nanoserve.pooling.build_pooling_engine builds the pooling one (so do build_engine and "
+                              "the nanoserve command)")
         if config.quantization != 'none' and getattr(model, 'quantization', 'none') != config.quantization:
             raise ConfigError(f"--quantization {config.quantization} (asked, or the checkpoint's own): Engine.build "
                               "assembles the eager engine only; nanoserve.launch.build_engine quantizes at load, or "

@@ -19,6 +19,7 @@ from .async_engine import AsyncEngine
 from .serve import health_payload, serve_engine
 from .protocol import generation_defaults
 from .reasoning import check_reasoning_parser
+from .pooling import build_pooling_engine
 from .compile import compile_layers
 from .buckets import row_buckets, width_buckets
 from .capture import CapturedDecode, CaptureError, RECORDERS, make_recorder, check_all_shapes_captured
@@ -140,6 +141,7 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
     capture, decode path, warm."""
     # refused here, before anything loads
     config = with_checkpoint_quantization(model, check_capture_settings(replace(config or EngineConfig(), **kw)))
+    if config.runner == 'pooling': return build_pooling_engine(model, config, quantize=quantize)
     if config.uses_persistent_batch and batch is None:
         raise ConfigError("persistent_batch (on by default with --cuda-graphs) needs the persistent batch, and "
                           "batch=None was passed: leave batch at its default, nanoserve.batch.PersistentBatch, or set "

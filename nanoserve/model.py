@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from .core import parse_dtype
+from .core import parse_dtype, ConfigError
 from .config import ModelConfig, INT4_FILE
 from .layers import RMSNorm, RotaryEmbedding, MLP
-from .weights import load_weights
+from .weights import load_weights, set_parameter
 
 # %% auto #0
 __all__ = ['WIDE_ROWS_BYTES', 'QUANTIZED_PROJECTIONS', 'AttentionBackend', 'sdpa_reference', 'DenseKV', 'DenseStep', 'Attention',
@@ -191,6 +191,14 @@ def load_model(path: str | Path, dtype: str | torch.dtype = 'float32', device: s
     cfg, dtype = ModelConfig.from_dir(path), parse_dtype(dtype)
     with torch.device('meta'): model = CausalLM(cfg, max_positions)
     tied = {'lm_head.weight': 'model.embed_tokens.weight'} if cfg.tie_word_embeddings else {}
+    if cfg.bare:
+        if cfg.quant_group_size: raise ConfigError(f"{cfg.architecture}: an int4 checkpoint of a bare decoder")
+        # its names are the decoder stack's own; the head is the embedding (tied)
+        model.load_report = load_weights(model.model, path, dtype, device)
+        set_parameter(model, 'lm_head.weight', model.model.embed_tokens.weight)
+        model.int4_checkpoint = None
+        model.rotary.to(device)
+        return model.eval().requires_grad_(False)
     expected = None
     if cfg.quant_group_size:
         codes = {f'model.layers.{i}.{p}.weight' for i in range(cfg.num_hidden_layers) for p in QUANTIZED_PROJECTIONS}

@@ -5,9 +5,10 @@
 # %% ../nbs/34_serve.ipynb #81af0118
 from __future__ import annotations
 import time, uuid
+from dataclasses import asdict
 from .engine import Engine
 from .async_engine import AsyncEngine
-from .server import create_app
+from .adapters import create_api_app
 from .parallel import tensor_parallel_info
 from .weights import weight_bytes
 
@@ -40,6 +41,9 @@ def health_payload(engine: Engine, model_name: str) -> dict:
             'kv_pool': engine.plan.as_dict(),
             'prefix_cache': engine.cache.prefix is not None, 'tensor_parallel': tensor_parallel_info(model),
             'batch_invariant': engine.runner.invariance,
+            'runner': engine.config.runner,
+            # --runner pooling: how each prompt becomes its embedding
+            'pooler': asdict(engine.runner.pooler) if hasattr(engine.runner, 'pooler') else None,
             'speculative': speculative_info(engine),
             'weights': {'quantization': getattr(model, 'quantization', 'none'),
                         'group_size': getattr(model, 'quant_group_size', None),
@@ -51,6 +55,7 @@ def serve_engine(engine: Engine | AsyncEngine, model_name: str, health: dict | N
     "Engine -> AsyncEngine (its loop starts here unless handed one) -> FastAPI app; returns (app, async_engine)."
     aeng = engine if isinstance(engine, AsyncEngine) else AsyncEngine(engine)
     engine = aeng.engine
-    app = create_app(aeng, model_name, health or health_payload(engine, model_name), api_key, max_waiting,
-                     default_max_tokens=max_tokens_default, defaults=defaults, reasoning_parser=reasoning_parser)
+    app = create_api_app(aeng, model_name, health or health_payload(engine, model_name), api_key=api_key,
+                         max_waiting=max_waiting, default_max_tokens=max_tokens_default, defaults=defaults,
+                         reasoning_parser=reasoning_parser)
     return app, aeng

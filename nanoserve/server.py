@@ -22,12 +22,12 @@ from .tools import forced_calls, parse_tool_calls, call_id
 from .async_engine import AsyncEngine, EngineDeadError, EngineRequest
 
 # %% auto #0
-__all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'ROUTES', 'error_response', 'CaptureCollector', 'PrefixCacheCollector',
-           'SchedulerCollector', 'ServerMetrics', 'run_choices', 'Served', 'served_of', 'guard', 'on_http_error',
-           'on_invalid', 'refused', 'unknown_model', 'admit', 'at_capacity', 'get_health', 'get_metrics', 'get_version',
-           'get_models', 'tokenize', 'detokenize', 'Reply', 'calls_of', 'logprobs_of', 'choice', 'usage', 'collect',
-           'sse_data', 'sse', 'completions', 'chat', 'reasoning_of', 'respond', 'openapi_schema',
-           'request_defaults_info', 'create_app']
+__all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'RUNNER_ROUTES', 'ROUTES', 'error_response', 'CaptureCollector',
+           'PrefixCacheCollector', 'SchedulerCollector', 'ServerMetrics', 'run_choices', 'Served', 'served_of', 'guard',
+           'on_http_error', 'on_invalid', 'refused', 'unknown_model', 'admit', 'at_capacity', 'get_health',
+           'get_metrics', 'get_version', 'get_models', 'tokenize', 'detokenize', 'Reply', 'calls_of', 'logprobs_of',
+           'choice', 'usage', 'collect', 'sse_data', 'sse', 'completions', 'chat', 'reasoning_of', 'respond',
+           'openapi_schema', 'request_defaults_info', 'create_app']
 
 # %% ../nbs/32_server.ipynb #118df800
 def error_response(status: int, message: str, type_: str = 'invalid_request_error', param: str | None = None,
@@ -224,9 +224,11 @@ class guard:
         s = scope['app'].state.served
         headers = {k.decode('latin-1'): v.decode('latin-1') for k, v in scope['headers']}   # ASGI names are lower case
         refuse = lambda *a, **kw: error_response(*a, **kw)(scope, receive, send)
-        if s.api_key and scope['path'] not in OPEN_PATHS and headers.get('authorization') != f'Bearer {s.api_key}':
-            return await refuse(401, 'missing or wrong API key: send "Authorization: Bearer <key>"',
-                                'authentication_error', code='invalid_api_key')
+        # the key as OpenAI's clients send it, or as Anthropic's do (x-api-key)
+        keyed = headers.get('authorization') == f'Bearer {s.api_key}' or headers.get('x-api-key') == s.api_key
+        if s.api_key and scope['path'] not in OPEN_PATHS and not keyed:
+            return await refuse(401, 'missing or wrong API key: send "Authorization: Bearer <key>" (or "x-api-key: '
+                                '<key>")', 'authentication_error', code='invalid_api_key')
         if scope['method'] != 'POST': return await self.app(scope, receive, send)
         size = headers.get('content-length')
         if size and size.isdigit() and int(size) > s.max_body_bytes:
@@ -267,11 +269,20 @@ def unknown_model(s: Served, name) -> JSONResponse:
     return error_response(404, f"model {name!r} is not served here; this server serves {s.model_name!r}", param='model',
                           code='model_not_found')
 
-def admit(s: Served, body) -> JSONResponse | None:
-    "A refusal of `body` before any work: text that is not text, another model, a dead engine; else None."
+RUNNER_ROUTES = {'generate': 'completions, chat, responses and messages', 'pooling': '/v1/embeddings'}
+
+def admit(s: Served, body, runner: str = 'generate') -> JSONResponse | None:
+    """A refusal of `body` before any work: text that is not text, another model, a route the engine's runner does not
+    answer (`runner`: the one the route needs), a dead engine; else None."""
     try: check_text(body)                 # first: every message below may quote the body
     except RequestError as e: return refused(e)
     if body.model != s.model_name: return unknown_model(s, body.model)
+    if (mine := getattr(s.aeng.engine.config, 'runner', 'generate')) != runner:
+        how = ('an embedding model served with --runner pooling' if runner == 'pooling'
+               else 'a text model served without --runner pooling')
+        return error_response(400, f"model {s.model_name!r} is served by the {mine} runner, which answers "
+                              f"{RUNNER_ROUTES[mine]}; this route needs {how}", param='model',
+                              code='wrong_runner')
     if not s.aeng.running:
         return error_response(503, f"the engine is not running: {s.aeng.failure}", 'server_error',
                               headers={'Retry-After': '5'})

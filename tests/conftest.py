@@ -56,6 +56,25 @@ def default_model() -> Path:
     from nanoserve.pull import pull
     return pull()
 
+def make_embedder(path: Path, pooling: str = 'lasttoken', matryoshka: bool = True, seed: int = 0) -> Path:
+    """The tiny Qwen3 as an embedding model, saved by sentence-transformers itself as Qwen3-Embedding is published: the bare
+    Qwen3Model, modules.json, a Pooling module (`pooling`) and a Normalize module; `matryoshka`: config.json says so (vLLM's key)."""
+    from sentence_transformers import SentenceTransformer
+    try: from sentence_transformers.sentence_transformer import modules as models      # its 6.x home
+    except ImportError: from sentence_transformers import models
+    src = make_tiny(path/'lm', 'qwen3', seed=seed)
+    (src/'tokenizer_config.json').write_text(json.dumps({'pad_token': '<|endoftext|>', 'padding_side': 'left'}))
+    transformers.AutoModel.from_pretrained(src).save_pretrained(path/'bare')
+    transformers.AutoTokenizer.from_pretrained(src).save_pretrained(path/'bare')
+    t = models.Transformer(str(path/'bare'))
+    width = getattr(t, 'get_embedding_dimension', None) or t.get_word_embedding_dimension
+    st = SentenceTransformer(modules=[t, models.Pooling(width(), pooling_mode=pooling), models.Normalize()])
+    st.save(str(path/'st'))
+    if matryoshka:
+        cfg = json.loads((path/'st'/'config.json').read_text())
+        (path/'st'/'config.json').write_text(json.dumps({**cfg, 'is_matryoshka': True}))
+    return path/'st'
+
 def break_forward_after(engine, steps: int, message: str = 'injected fault in the forward', once_holding: int = 0):
     """Make the engine's forward raise after `steps` good steps (fault injection for the serving tests); with `once_holding`,
     only steps taken while at least that many requests are in the engine count, so none of them can arrive after the fault."""

@@ -3,10 +3,10 @@ to a real `nanoserve serve` on 127.0.0.1, started for this module and stopped af
 import httpx, pytest, schemathesis
 from hypothesis import settings, HealthCheck
 from nanoserve.loadgen import spawn_server
-from nanoserve.server import openapi_schema
+from nanoserve.adapters import api_schema
 from conftest import make_tiny
 
-schema = schemathesis.openapi.from_dict(openapi_schema())
+schema = schemathesis.openapi.from_dict(api_schema())
 
 @pytest.fixture(scope='module')
 def server(tmp_path_factory):
