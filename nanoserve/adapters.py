@@ -15,19 +15,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import __version__
 from .core import NanoserveError, RequestError
 from .protocol import ChatRequest, content_text
-from .reasoning import ReasoningStream
+from .reasoning import ReasoningStream, split_reasoning
 from .async_engine import AsyncEngine, EngineDeadError, EngineRequest
 from .server import (Served, served_of, admit, refused, at_capacity, error_response, run_choices, calls_of,
                               reasoning_of, create_app, on_invalid, on_http_error, ROUTES, _validation_message)
 
 # %% auto #0
 __all__ = ['MAX_INPUTS', 'STORED', 'API_ROUTES', 'ANTHROPIC_PATHS', 'EmbeddingRequest', 'embedding_inputs', 'encoded',
-           'last_outputs', 'embeddings', 'answer_pieces', 'whole_answer', 'start_chat', 'as_chat', 'sse_event',
-           'ResponsesRequest', 'response_messages', 'chat_tools', 'response_format', 'responses_chat', 'item_id',
-           'response_object', 'output_items', 'response_usage', 'stored_of', 'keep', 'responses', 'response_events',
-           'get_response', 'AnthropicMessage', 'MessagesRequest', 'block_text', 'anthropic_messages', 'messages_chat',
-           'stop_of', 'content_blocks', 'anthropic_error', 'anthropic_shaped', 'messages', 'message_events',
-           'on_invalid_any', 'on_http_error_any', 'create_api_app', 'api_schema']
+           'last_outputs', 'embeddings', 'final_answer', 'answer_pieces', 'whole_answer', 'start_chat', 'as_chat',
+           'sse_event', 'ResponsesRequest', 'response_messages', 'chat_tools', 'response_format', 'responses_chat',
+           'item_id', 'response_object', 'output_items', 'response_usage', 'stored_of', 'keep', 'responses',
+           'response_events', 'get_response', 'AnthropicMessage', 'MessagesRequest', 'block_text', 'anthropic_messages',
+           'messages_chat', 'stop_of', 'content_blocks', 'anthropic_error', 'anthropic_shaped', 'messages',
+           'message_events', 'on_invalid_any', 'on_http_error_any', 'create_api_app', 'api_schema']
 
 # %% ../nbs/33_adapters.ipynb #e6f7411c
 class EmbeddingRequest(BaseModel):
@@ -95,11 +95,18 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     return {'object': 'list', 'data': data, 'model': s.model_name, 'usage': {'prompt_tokens': n, 'total_tokens': n}}
 
 # %% ../nbs/33_adapters.ipynb #59448d86
+def final_answer(o, req: EngineRequest, parser: str | None) -> tuple[str, str, list | None, str]:
+    "(thought, text, tool calls, finish_reason) of a finished choice, from its final text (cut at a stop string)."
+    think, answer = split_reasoning(o.text, parser) if parser else (None, o.text)
+    if req.tool_mode is None: return think or '', answer or '', None, o.finish_reason
+    content, calls, finish = calls_of(req, answer or '', o.finish_reason)
+    return think or '', content or '', calls, finish
+
 async def answer_pieces(first, stream, req: EngineRequest, parser: str | None):
     """One chat choice's answer as it comes, protocol-free: ('think', text) and ('text', text) pieces, then one
     ('end', (tool calls or None, finish_reason, last output)). With tools the text is held for the parse at the end."""
     thinking = ReasoningStream(parser) if parser else None
-    hold, said = req.tool_mode is not None, ''
+    hold = req.tool_mode is not None
     async def items():
         yield first
         async for x in stream: yield x
@@ -108,23 +115,20 @@ async def answer_pieces(first, stream, req: EngineRequest, parser: str | None):
         if o.finished and thinking: pieces.append(thinking.flush())
         for think, text in pieces:
             if think: yield 'think', think
-            said += text
             if text and not hold: yield 'text', text
         if not o.finished: continue
-        calls, finish = None, o.finish_reason
-        if hold:
-            content, calls, finish = calls_of(req, said, finish)
-            if content: yield 'text', content
+        _, content, calls, finish = final_answer(o, req, parser)
+        if hold and content: yield 'text', content
         yield 'end', (calls, finish, o)
         return
 
 async def whole_answer(first, stream, req: EngineRequest, parser: str | None) -> tuple[str, str, list | None, str, Any]:
     "(thought, text, tool calls, finish_reason, last output) of a choice, run to its end."
-    think = text = ''
-    async for kind, x in answer_pieces(first, stream, req, parser):
-        if kind == 'think': think += x
-        elif kind == 'text': text += x
-        else: return (think, text, *x)
+    o = first[1]
+    if not o.finished:
+        async for _, o, _ in stream:
+            if o.finished: break
+    return (*final_answer(o, req, parser), o)
 
 async def start_chat(s: Served, chat: ChatRequest):
     "The one chat choice of an adapted body started: (its request, the reasoning parser, its first item, the stream)."
