@@ -8,8 +8,8 @@ import argparse, json, sys
 from .core import NanoserveError
 
 # %% auto #0
-__all__ = ['MODEL_HELP', 'PROMPT_FIELDS', 'COMMANDS', 'build_parser', 'cmd_pull', 'read_prompts_file', 'cmd_generate',
-           'cmd_bench', 'cmd_serve', 'cmd_chat', 'main']
+__all__ = ['MODEL_HELP', 'PROMPT_FIELDS', 'COMMANDS', 'build_parser', 'cmd_pull', 'read_prompts_file', 'text_runner_only',
+           'cmd_generate', 'cmd_bench', 'cmd_serve', 'cmd_chat', 'main']
 
 # %% ../nbs/90_cli.ipynb #5b7927a3
 MODEL_HELP = ("a model directory, the default model's name (pulled on first use), or a Hugging Face Hub name, "
@@ -153,6 +153,13 @@ def read_prompts_file(path: str, defaults: dict) -> list[tuple[object, dict, str
                     prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)))
     return out
 
+def text_runner_only(config, command: str):
+    "Refuse --runner pooling on a command that writes text."
+    from nanoserve.core import ConfigError
+    if config.runner == 'pooling':
+        raise ConfigError(f"--runner pooling embeds, and {command} writes text: serve the embedding model with "
+                          "`nanoserve serve --runner pooling` and send its inputs to /v1/embeddings")
+
 def cmd_generate(args) -> int:
     from nanoserve.engine import model_dir
     from nanoserve.launch import build_engine, config_from_args
@@ -168,6 +175,7 @@ def cmd_generate(args) -> int:
         try: params.append(SamplingParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}))
         except TypeError as e: raise RequestError(f"{label[:40]!r}: {e}") from None
     config = config_from_args(args)                                          # validated before the model loads
+    text_runner_only(config, 'generate')
     engine = build_engine(model_dir(args.model, config, log=lambda m: print(m, file=sys.stderr)), config)
     try: outs = engine.generate([p for p, _, _ in items], params, use_tqdm=len(items) > 1 and sys.stderr.isatty())
     finally:
@@ -212,6 +220,7 @@ def cmd_bench(args) -> int:
     say = lambda m: print(m, file=sys.stderr)
     # a Hub model must fit in the widest of the dtypes
     widest = max(args.dtypes.split(','), key=lambda d: parse_dtype(d).itemsize)
+    text_runner_only(config_from_args(args), 'bench offline')
     path, rows = model_dir(args.model, config_from_args(args, dtype=widest), say), []
     peer_path = None
     # the peers read float weights (an int4 pull is nanoserve's own format)

@@ -90,3 +90,11 @@ def test_bench_offline_repeats_every_engine_in_turn(tiny, tmp_path):
     assert [(x['engine'], x['repeat']) for x in rows] == [(e, rep) for rep in '01' for e in ('nanoserve', 'nanoserve', 'transformers.generate')]
     assert 'fastest and median of 2 rounds' in r.stdout and '(medians: ' in r.stdout
     assert run('bench', 'offline', '--model', str(tiny('llama_tied_gqa')), '--repeats', '0', check=False).returncode == 2
+
+def test_runner_pooling_is_for_serve(tiny):
+    "--runner pooling embeds: the commands that write text refuse it, naming what to run instead, before anything loads."
+    for cmd in (['generate', 'hello'], ['bench', 'offline']):
+        r = run(*cmd, '--model', str(tiny('llama_tied_gqa')), '--runner', 'pooling', check=False)
+        assert r.returncode == 2 and 'nanoserve serve --runner pooling' in r.stderr and '/v1/embeddings' in r.stderr, r.stderr
+    r = run('serve', '--model', str(tiny('llama_tied_gqa')), '--runner', 'pooling', '--cuda-graphs', check=False)
+    assert r.returncode == 2 and 'no decode steps' in r.stderr, r.stderr
