@@ -1,7 +1,26 @@
 """An app from `build_app` served by uvicorn on 127.0.0.1 in a thread of the test process, so a test can steer its engine
 (force the tokens a step appends) while real clients talk to it over real sockets."""
-import contextlib, socket, threading, time
+import contextlib, json, socket, threading, time
+from pathlib import Path
 import httpx, uvicorn
+from tokenizers import Tokenizer
+from conftest import make_tiny
+
+# Qwen3's template, cut to what it does with `enable_thinking`: false writes an empty thought into the prompt
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n"
+            "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+
+def thinking_checkpoint(path: Path) -> tuple[Path, int]:
+    """The tiny Qwen3 with that template, room for a tools prompt (2,048 positions), and <|im_end|> as its end of turn;
+    (its directory, that token's id)."""
+    path = make_tiny(path, 'qwen3')
+    (path/'tokenizer_config.json').write_text(json.dumps({'chat_template': TEMPLATE}))
+    cfg = json.loads((path/'config.json').read_text())
+    (path/'config.json').write_text(json.dumps({**cfg, 'max_position_embeddings': 2048}))
+    eos = Tokenizer.from_file(str(path/'tokenizer.json')).token_to_id('<|im_end|>')
+    (path/'generation_config.json').write_text(json.dumps({'eos_token_id': eos}))
+    return path, eos
 
 @contextlib.contextmanager
 def served(app, timeout: float = 60.0):

@@ -5,9 +5,7 @@ import json
 import anthropic, httpx, pytest
 from openai import OpenAI
 from nanoserve.launch import build_app
-from conftest import make_tiny
-from liveapp import served, force_text
-from test_reasoning import TEMPLATE
+from liveapp import served, force_text, thinking_checkpoint
 
 THOUGHT, ANSWER = 'The user greets me.', 'Hello there!'
 OUTPUT = f'<think>{THOUGHT}</think>\n\n{ANSWER}'
@@ -16,13 +14,7 @@ FN = {'name': 'now', 'description': 'the time', 'parameters': {'type': 'object',
 
 @pytest.fixture(scope='module')
 def live(tmp_path_factory):
-    path = make_tiny(tmp_path_factory.mktemp('adapters'), 'qwen3')
-    (path/'tokenizer_config.json').write_text(json.dumps({'chat_template': TEMPLATE}))
-    cfg = json.loads((path/'config.json').read_text())
-    (path/'config.json').write_text(json.dumps({**cfg, 'max_position_embeddings': 2048}))   # room for the tools prompt
-    from tokenizers import Tokenizer
-    eos = Tokenizer.from_file(str(path/'tokenizer.json')).token_to_id('<|im_end|>')
-    (path/'generation_config.json').write_text(json.dumps({'eos_token_id': eos}))              # an answer can end
+    path, eos = thinking_checkpoint(tmp_path_factory.mktemp('adapters'))
     app, aeng = build_app(str(path), served_model_name='tiny', max_batch_size=4, dtype='float32', reasoning_parser='qwen3',
                           api_key='sekrit')
     eng = aeng.engine

@@ -1,17 +1,10 @@
 """`--reasoning-parser`: a thinking model's thought split from its answer, through a real server on 127.0.0.1 and the real
 `openai` client; the model's tokens are forced (tests/liveapp.py) so that it writes a thought, and everything after the
 forward runs as it does in production."""
-import json
 import httpx, pytest
 from openai import OpenAI
 from nanoserve.launch import build_app
-from conftest import make_tiny
-from liveapp import served, force_text
-
-# Qwen3's template, cut to what it does with `enable_thinking`: false writes an empty thought into the prompt
-TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n"
-            "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+from liveapp import served, force_text, thinking_checkpoint
 THOUGHT, ANSWER = '\nThe user says hi; </th is no tag.\n', 'Hello there!'
 OUTPUT = f'<think>{THOUGHT}</think>\n\n{ANSWER}'
 CALL = '<tool_call>{"name": "now", "arguments": {}}</tool_call>'
@@ -20,10 +13,7 @@ TOOLS = [{'type': 'function', 'function': {'name': 'now', 'description': 'the ti
 
 @pytest.fixture(scope='module')
 def live(tmp_path_factory):
-    path = make_tiny(tmp_path_factory.mktemp('think'), 'qwen3')
-    (path/'tokenizer_config.json').write_text(json.dumps({'chat_template': TEMPLATE}))
-    cfg = json.loads((path/'config.json').read_text())
-    (path/'config.json').write_text(json.dumps({**cfg, 'max_position_embeddings': 2048}))   # room for the tools prompt
+    path, _ = thinking_checkpoint(tmp_path_factory.mktemp('think'))   # its end of turn is never forced here
     app, aeng = build_app(str(path), served_model_name='tiny', max_batch_size=4, dtype='float32',
                           reasoning_parser='qwen3')
     state = {'engine': aeng.engine, 'served': app.state.served}
