@@ -35,7 +35,7 @@ from .pull import resolve_model
 __all__ = ['QUANTIZATIONS', 'PREFILL_BUDGET', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'EngineConfig',
            'RequestOutput', 'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts', 'model_dir',
            'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'make_proposer', 'Engine',
-           'unseeded_seed', 'EngineSnapshot']
+           'unseeded_seed', 'stop_prefix_len', 'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
@@ -608,10 +608,24 @@ def add_request(self: Engine, prompt, params: SamplingParams | None = None, requ
     return self.add_checked(ids, params, request_id)
 
 # %% ../nbs/20_engine.ipynb #f80db204
+def stop_prefix_len(text: str, stops) -> int:
+    "The length of the longest end of `text` that is the start of one of `stops` (and shorter than it)."
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
+
 def _output(self: Engine, req: Request) -> RequestOutput:
     ids = req.output_token_ids
     if req.status is RequestStatus.FINISHED_STOPPED and isinstance(req.stop_reason, int): ids = ids[:-1]
-    return RequestOutput(req.request_id, req.prompt_token_ids, list(ids), self.texts.get(req.request_id, ''),
+    text = self.texts.get(req.request_id, '')
+    # a running request's text stops short of an end that may still grow into a stop string: a stream never sends
+    # the start of a stop string that the finished text leaves out (the text so far is always a prefix of the final)
+    if not req.is_finished and req.params.stop: text = text[:len(text) - stop_prefix_len(text, req.params.stop)]
+    return RequestOutput(req.request_id, req.prompt_token_ids, list(ids), text,
                          req.is_finished, req.status.finish_reason, req.stop_reason,
                          list(req.logprobs) if req.params.logprobs is not None else None, req.num_preemptions,
                          {'arrival': req.arrival_time, 'first_token': req.first_token_time, 'finish': req.finish_time},

@@ -148,3 +148,13 @@ def test_messages_errors_in_anthropics_shape(live):
 def test_nothing_leaks(live):
     s = httpx.get(live['url'] + '/health').json()['stats']
     assert (s['num_running'], s['num_waiting'], s['kv_free_blocks']) == (0, 0, s['kv_total_blocks'])
+
+def test_streams_never_send_the_start_of_a_stop_string(live):
+    "'Hello the' is held back until 're' shows it was the stop string: every stream says what the whole answer says."
+    live['say'](ANSWER)
+    chat = live['openai'].chat.completions.create(model='tiny', messages=HI, stop=['there'], stream=True)
+    streamed = ''.join(c.choices[0].delta.content or '' for c in chat if c.choices)
+    whole = live['openai'].chat.completions.create(model='tiny', messages=HI, stop=['there']).choices[0].message.content
+    with live['anthropic'].messages.stream(model='tiny', max_tokens=50, messages=HI, stop_sequences=['there']) as s:
+        text = ''.join(s.text_stream)
+    assert streamed == whole == text == 'Hello '
