@@ -70,7 +70,13 @@ class Terminal:
     terminal turns into SIGINT for the program)."""
     def __init__(self, *args: str):
         self.pid, self.fd = pty.fork()
-        if self.pid == 0: os.execv(NANOSERVE, [NANOSERVE, 'chat', *args])
+        if self.pid == 0:
+            # as a shell starts a program: Ctrl-C's SIGINT at its default and unblocked, whatever the test process (a pytest
+            # worker, or a library it loaded) did to its own (an ignored or blocked SIGINT survives exec, and Python then
+            # installs no KeyboardInterrupt handler: the answer would stream past Ctrl-C to its end)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            os.execv(NANOSERVE, [NANOSERVE, 'chat', *args])
         self.seen = b''
 
     def read_until(self, marker: bytes, start: int = 0) -> int:
