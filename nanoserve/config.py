@@ -11,17 +11,22 @@ from pathlib import Path
 from .core import ConfigError, ModelNotFound
 
 # %% auto #0
-__all__ = ['SUPPORTED_ARCHITECTURES', 'ROPE_TYPES', 'INT4_FILE', 'RopeConfig', 'ModelConfig']
+__all__ = ['SUPPORTED_ARCHITECTURES', 'ROPE_TYPES', 'INT4_FILE', 'MOE_ARCHITECTURES', 'MOE_FIELDS', 'RopeConfig', 'ModelConfig']
 
 # %% ../nbs/01_config.ipynb #8006b893
 SUPPORTED_ARCHITECTURES = {  # HF class name -> model_type
     'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral', 'Qwen2ForCausalLM': 'qwen2',
     'Qwen3ForCausalLM': 'qwen3',
+    # mixtures of experts: routed experts only, a softmax top-k router
+    'Qwen3MoeForCausalLM': 'qwen3_moe', 'MixtralForCausalLM': 'mixtral', 'OlmoeForCausalLM': 'olmoe',
     # the bare decoders, without an LM head: embedding models (Qwen3-Embedding is a Qwen3Model)
     'LlamaModel': 'llama', 'MistralModel': 'mistral', 'Qwen2Model': 'qwen2', 'Qwen3Model': 'qwen3'}
 ROPE_TYPES = ('default', 'linear', 'llama3')
 # where an int4 checkpoint keeps its decoder layers' codes (the int4 pull writes it, the int4 loader reads it)
 INT4_FILE = 'model-int4.safetensors'
+# the mixtures of experts nanoserve serves, and the ones it knows it cannot (shared experts, other routers)
+MOE_ARCHITECTURES = ('Qwen3MoeForCausalLM', 'MixtralForCausalLM', 'OlmoeForCausalLM')
+MOE_FIELDS = ('num_experts', 'num_local_experts', 'n_routed_experts', 'moe_num_experts', 'num_experts_per_tok')
 
 @dataclass(frozen=True)
 class RopeConfig:
@@ -64,6 +69,14 @@ class ModelConfig:
     dtype: str | None = None           # the checkpoint's own dtype, if it says
     # nanoserve's own int4 checkpoint (`nanoserve pull --quantization int4`): its group width
     quant_group_size: int | None = None
+    qk_norm_per_head: bool = True      # False (OLMoE): the q and k norms run over all heads at once
+    # a mixture of experts: experts a sparse layer holds, experts a token takes, each expert's MLP width, whether the
+    # top k's weights are scaled to sum to one, and the layers that are sparse (the others are dense MLPs)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    sparse_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
         for name in ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads',
@@ -75,6 +88,9 @@ class ModelConfig:
             raise ConfigError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                               f"num_key_value_heads ({self.num_key_value_heads})")
         if self.head_dim % 2: raise ConfigError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if self.sparse_layers and not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise ConfigError(f"num_experts_per_tok ({self.num_experts_per_tok}) must be between 1 and num_experts "
+                              f"({self.num_experts})")
 
     @property
     def model_type(self) -> str: return SUPPORTED_ARCHITECTURES[self.architecture]
@@ -82,6 +98,8 @@ class ModelConfig:
     def bare(self) -> bool:
         "A decoder without an LM head (`Qwen3Model`, `LlamaModel`): its weights lack the `model.` prefix."
         return not self.architecture.endswith('ForCausalLM')
+    @property
+    def is_moe(self) -> bool: return bool(self.sparse_layers)
     @property
     def q_size(self) -> int: return self.num_attention_heads * self.head_dim   # width of q_proj's output
     @property
@@ -117,6 +135,11 @@ def _rope_from_hf(d: dict) -> RopeConfig:
 def _check_supported(d: dict):
     "Refuse, by name, the config fields that change the arithmetic in ways nanoserve does not implement."
     archs = d.get('architectures') or []
+    if len(archs) == 1 and archs[0] not in SUPPORTED_ARCHITECTURES and any(d.get(k) for k in MOE_FIELDS):
+        shared = [k for k in ('n_shared_experts', 'shared_expert_intermediate_size', 'num_shared_experts') if d.get(k)]
+        why = f"shared experts ({shared[0]}={d[shared[0]]})" if shared else "a router nanoserve does not implement"
+        raise ConfigError(f"{archs[0]} is a mixture of experts with {why}; nanoserve serves the mixtures "
+                          f"{', '.join(MOE_ARCHITECTURES)} (routed experts only, a softmax top-k router)")
     if len(archs) != 1 or archs[0] not in SUPPORTED_ARCHITECTURES:
         raise ConfigError(f"unsupported architectures {archs!r} in config.json; nanoserve serves "
                           f"{', '.join(SUPPORTED_ARCHITECTURES)}")
@@ -132,6 +155,15 @@ def _check_supported(d: dict):
                           "(Qwen2 and Qwen3 checkpoints ship it false)")
     if any(t != 'full_attention' for t in d.get('layer_types') or []):
         raise ConfigError(f"layer_types {sorted(set(d['layer_types']))}: only full_attention layers are supported")
+    if d.get('clip_qkv') is not None:
+        raise ConfigError(f"clip_qkv={d['clip_qkv']} is not supported: nanoserve serves OLMoE checkpoints without it "
+                          "(OLMoE-1B-7B ships clip_qkv null)")
+    if archs[0] in MOE_ARCHITECTURES:
+        if d.get('scoring_func', 'softmax') != 'softmax' or d.get('topk_method', 'greedy') != 'greedy':
+            raise ConfigError(f"{archs[0]} with scoring_func={d.get('scoring_func')!r}, topk_method="
+                              f"{d.get('topk_method')!r}: nanoserve's router is a softmax and a greedy top k")
+        if d.get('shared_expert_intermediate_size') or d.get('n_shared_experts'):
+            raise ConfigError(f"{archs[0]} with shared experts: nanoserve serves routed experts only")
 
 def _own_int4(q) -> bool:
     """Is `quantization_config` the one the int4 pull writes: {'quant_method': 'nanoserve', 'bits': 4, 'group_size': g,
@@ -165,11 +197,25 @@ def from_hf(cls: ModelConfig, d: dict) -> ModelConfig:
                rope=_rope_from_hf(d), tie_word_embeddings=tied,
                qkv_bias=kind == 'qwen2' or bias, o_bias=bias and kind != 'qwen2',
                mlp_bias=bool(d.get('mlp_bias', False)),
-               qk_norm=kind == 'qwen3',
-               sliding_window=d.get('sliding_window') if kind == 'mistral' else None,
+               qk_norm=kind in ('qwen3', 'qwen3_moe', 'olmoe'), qk_norm_per_head=kind != 'olmoe',
+               sliding_window=d.get('sliding_window') if kind in ('mistral', 'mixtral') else None,
                bos_token_id=d.get('bos_token_id'), eos_token_ids=_eos_ids(d.get('eos_token_id')),
                dtype=d.get('dtype') or d.get('torch_dtype'),
-               quant_group_size=(d.get('quantization_config') or {}).get('group_size'))
+               quant_group_size=(d.get('quantization_config') or {}).get('group_size'), **_experts_from_hf(d, kind))
+
+def _experts_from_hf(d: dict, kind: str) -> dict:
+    """The mixture-of-experts fields of a Qwen3-MoE, Mixtral or OLMoE config (none for a dense model): Qwen3-MoE's
+    dense layers are `mlp_only_layers` and those off its `decoder_sparse_step`; Mixtral's top k are always scaled to
+    sum to one; its experts and OLMoE's are `intermediate_size` wide."""
+    if kind not in ('qwen3_moe', 'mixtral', 'olmoe'): return {}
+    experts = d.get('num_experts') or d.get('num_local_experts') or 0
+    step = d.get('decoder_sparse_step') or 1
+    dense = set(d.get('mlp_only_layers') or ()) if kind == 'qwen3_moe' else set()
+    sparse = tuple(i for i in range(d['num_hidden_layers'])
+                   if experts and i not in dense and (kind != 'qwen3_moe' or (i + 1) % step == 0))
+    return dict(num_experts=experts, num_experts_per_tok=d.get('num_experts_per_tok') or 0,
+                moe_intermediate_size=d.get('moe_intermediate_size') or d['intermediate_size'],
+                norm_topk_prob=kind == 'mixtral' or bool(d.get('norm_topk_prob', False)), sparse_layers=sparse)
 
 # %% ../nbs/01_config.ipynb #a8250593
 @patch(cls_method=True)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from .model import CausalLM, Attention, AttentionBackend, wide_linear, mm_writes_float32
 from .layers import MLP, RotaryEmbedding
+from .experts import SparseMoE, Router
 from .core import c_library, cpu_flags, kernel_source, named_in_profile
 from .elementwise import FastRMSNorm, FastRotary, silu_mul, silu_mul_op, small_ops_take
 from .f32_linear import f32_kernel, f32_pack, f32_packed_numel, f32_product
@@ -19,7 +20,7 @@ from .arena import arena_slots, give_back
 __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_reference', 'one_row_product', 'packed_linear',
            'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_packed_numel', 'amx_pack', 'own_copy',
            'amx_product', 'q8_pack', 'q8_product', 'q4_pack', 'q4_product', 'FusedAttention', 'FusedMLP', 'speed_up',
-           'invariant_refusal', 'release_original', 'PackedEmbedding']
+           'speed_up_router', 'invariant_refusal', 'release_original', 'PackedEmbedding']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor, wide: bool = False) -> torch.Tensor:
@@ -322,6 +323,7 @@ class FusedAttention(nn.Module):
         self.o_proj = FastLinear.of(a.o_proj, one_row=one_row)
         # Qwen3's RMSNorms over each q head and each k head (None for a model without them)
         self.q_norm, self.k_norm = a.q_norm, a.k_norm
+        self.norm_per_head = a.norm_per_head   # False: OLMoE's norms, each over all heads of q or of k
 
     def forward(self, x, positions, rotary: RotaryEmbedding, attn: AttentionBackend):   # x: [num_tokens, hidden]
         n, H, K = x.shape[0], self.num_heads, self.num_kv_heads
@@ -334,11 +336,12 @@ class FusedAttention(nn.Module):
         return self.o_proj(attn.attend(self.layer, q, k, v.view(n, self.num_kv_heads, self.head_dim)).reshape(n, -1))
 
     def _norm_heads(self, qk: torch.Tensor) -> torch.Tensor:
-        "qk [n, H + K, D] with q_norm over each q head and k_norm over each k head, each head a row of D."
+        "qk [n, H + K, D] with q_norm over each q head and k_norm over each k head (OLMoE's: over all of q, of k)."
         n, H, K, D = qk.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         q, k = qk.split([H, K], 1)
-        q = self.q_norm(q.reshape(n * H, D)).view(n, H, D)
-        k = self.k_norm(k.reshape(n * K, D)).view(n, K, D)
+        rows_q, rows_k = (n * H, n * K) if self.norm_per_head else (n, n)   # OLMoE's: a row of H * D, of K * D
+        q = self.q_norm(q.reshape(rows_q, -1)).view(n, H, D)
+        k = self.k_norm(k.reshape(rows_k, -1)).view(n, K, D)
         return torch.cat((q, k), 1)
 
 class FusedMLP(nn.Module):
@@ -383,13 +386,16 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
         return model
     with torch.no_grad():                        # the new weights are plain tensors, like the loaded ones
         for layer in model.model.layers if fuse or one_row or pack else ():
+            moe = layer.mlp if isinstance(layer.mlp, SparseMoE) else None
+            if moe is not None: speed_up_router(moe.gate, one_row)
             if fuse:
                 layer.self_attn = FusedAttention(layer.self_attn, one_row)
-                layer.mlp = FusedMLP(layer.mlp, one_row, small_ops)
+                if moe is None: layer.mlp = FusedMLP(layer.mlp, one_row, small_ops)
+                else: moe.experts = nn.ModuleList(FusedMLP(e, one_row, small_ops) for e in moe.experts)
             else:
-                a, m = layer.self_attn, layer.mlp
+                a, mlps = layer.self_attn, list(moe.experts) if moe is not None else [layer.mlp]
                 for mod, names in ((a, ('q_proj', 'k_proj', 'v_proj', 'o_proj')),
-                                   (m, ('gate_proj', 'up_proj', 'down_proj'))):
+                                   *((m, ('gate_proj', 'up_proj', 'down_proj')) for m in mlps)):
                     for n in names: setattr(mod, n, FastLinear.of(getattr(mod, n), one_row=one_row))
         # the LM head writes its float32 sums: the logits are never rounded to the model's dtype
         if fuse or one_row or pack: model.lm_head = FastLinear.of(model.lm_head, one_row=one_row, wide=True)
@@ -426,6 +432,12 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
     model.fast = want
     return model
 
+def speed_up_router(router: Router, one_row: bool = True):
+    """The router's scores through a `FastLinear` over its float32 weight (packed with the other products: the float32
+    kernel's, whose row does not depend on its batch)."""
+    router.weight = nn.Parameter(router.weight.float(), requires_grad=False)
+    router.product = FastLinear(router.weight, one_row=one_row)
+
 def invariant_refusal(model: CausalLM) -> str | None:
     """Why some product of `model` does not take one kernel at every row count, so that a row's bits could depend on its
     batch (None: every one does). The quantized layers' products are PyTorch's one kernel at every count (the quantized
@@ -434,6 +446,7 @@ def invariant_refusal(model: CausalLM) -> str | None:
     if not (getattr(model, 'fast', None) or {}).get('invariant'): return "it was not sped up with invariant=True"
     for name, m in model.named_modules():
         if isinstance(m, nn.Linear): return f"{name} is a plain nn.Linear (pack_weights off?)"
+        if isinstance(m, Router) and m.product is None: return f"{name}'s scores are PyTorch's product, not a kernel's"
         if isinstance(m, FastLinear) and not m.invariant:
             dtype = str(m.weight.dtype).removeprefix('torch.')
             return (f"{name or 'a product'} has no kernel of nanoserve's own for {dtype} {tuple(m.weight.shape)} here "

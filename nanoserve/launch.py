@@ -33,10 +33,10 @@ from .batch import PersistentBatch
 from .quant import quantize_model, quantize_head
 
 # %% auto #0
-__all__ = ['BootUnsound', 'Boot', 'add_engine_flags', 'recorder_for', 'check_capture_settings', 'config_from_args',
-           'pool_reserved_bytes', 'resident_bytes', 'pool_residency', 'build_engine', 'check_warm_before_serving',
-           'check_capture_matches_cache', 'check_capture_limit', 'warm_engine', 'boot_info', 'check_boot_info',
-           'boot_lines', 'build_app', 'serve']
+__all__ = ['BootUnsound', 'Boot', 'add_engine_flags', 'recorder_for', 'check_recorder_takes', 'check_capture_settings',
+           'config_from_args', 'pool_reserved_bytes', 'resident_bytes', 'pool_residency', 'build_engine',
+           'check_warm_before_serving', 'check_capture_matches_cache', 'check_capture_limit', 'warm_engine',
+           'boot_info', 'check_boot_info', 'boot_lines', 'build_app', 'serve']
 
 # %% ../nbs/56_launch.ipynb #8bd871b1
 class BootUnsound(CaptureError):
@@ -91,6 +91,13 @@ def recorder_for(config: EngineConfig, model: CausalLM | None = None, cache: KVC
         raise ConfigError(f"capture_recorder='cuda_graph' records CUDA graphs, and the model is on {config.device}: "
                           "use --device cuda, or the compile recorder on CPU")
     return name
+
+def check_recorder_takes(recorder: str | None, model: CausalLM):
+    "Refuse a recorder that cannot record `model`'s decode: a mixture of experts in CUDA graphs."
+    if recorder == 'cuda_graph' and model.config.is_moe:
+        raise ConfigError(f"{model.config.architecture} is a mixture of experts: its layers group tokens by expert "
+                          "with counts read on the host, which a CUDA graph cannot record; serve it without "
+                          "--cuda-graphs")
 
 def check_capture_settings(config: EngineConfig) -> EngineConfig:
     """Refuse, before anything loads, the capture settings that need no model to be judged wrong: the recorder, and a
@@ -170,6 +177,7 @@ def build_engine(model, config: EngineConfig | None = None, tokenizer=None, batc
         decode_path = None
         # the CPU's default recorder depends on whether the loaded model takes the decode call
         recorder = recorder and recorder_for(config, model, cache)
+        check_recorder_takes(recorder, model)
         if recorder == 'decode_call' and config.persistent_batch is None:
             # the call reads any rows: nothing for the persistent batch to keep
             config = replace(config, persistent_batch=False)

@@ -13,11 +13,13 @@ from torch import nn
 from .core import parse_dtype, ConfigError
 from .config import ModelConfig, INT4_FILE
 from .layers import RMSNorm, RotaryEmbedding, MLP
+from .experts import SparseMoE, checkpoint_name
 from .weights import load_weights, set_parameter
 
 # %% auto #0
 __all__ = ['WIDE_ROWS_BYTES', 'QUANTIZED_PROJECTIONS', 'AttentionBackend', 'sdpa_reference', 'DenseKV', 'DenseStep', 'Attention',
-           'DecoderLayer', 'mm_writes_float32', 'wide_linear', 'head_logits', 'DecoderStack', 'CausalLM', 'load_model']
+           'DecoderLayer', 'mm_writes_float32', 'wide_linear', 'head_logits', 'DecoderStack', 'CausalLM',
+           'routers_in_float32', 'load_model']
 
 # %% ../nbs/05_model.ipynb #f71a9e3a
 class AttentionBackend(ABC):
@@ -86,27 +88,32 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.kv_size, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.kv_size, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=cfg.o_bias)
-        # Qwen3: an RMSNorm over each q head and each k head, before the rotary embedding (else None)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        # Qwen3: an RMSNorm over each q head and each k head, before the rotary embedding; OLMoE: one over all of q and
+        # one over all of k (`qk_norm_per_head` False); else None
+        self.norm_per_head = cfg.qk_norm_per_head
+        widths = (cfg.head_dim, cfg.head_dim) if cfg.qk_norm_per_head else (cfg.q_size, cfg.kv_size)
+        self.q_norm = RMSNorm(widths[0], cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(widths[1], cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(self, x, positions, rotary: RotaryEmbedding, attn: AttentionBackend):  # x: [num_tokens, hidden]
         n = x.shape[0]
-        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        q, k = self.q_proj(x), self.k_proj(x)
+        if self.q_norm is not None and not self.norm_per_head: q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.view(n, self.num_heads, self.head_dim), k.view(n, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None: q, k = self.q_norm(q), self.k_norm(k)
+        if self.q_norm is not None and self.norm_per_head: q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(positions, q, k)
         return self.o_proj(attn.attend(self.layer, q, k, v).reshape(n, -1))
 
 class DecoderLayer(nn.Module):
-    "Pre-norm residual block: attention, then MLP."
+    "Pre-norm residual block: attention, then the MLP (a mixture of experts in a sparse layer)."
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg, layer)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias)
+        sparse = layer in cfg.sparse_layers
+        self.mlp = SparseMoE(cfg) if sparse else MLP(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias)
 
     def forward(self, x, positions, rotary, attn):
         x = x + self.self_attn(self.input_layernorm(x), positions, rotary, attn)
@@ -183,6 +190,12 @@ class CausalLM(nn.Module):
 QUANTIZED_PROJECTIONS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj',
                          'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj')
 
+def routers_in_float32(model: nn.Module):
+    "Keep every mixture-of-experts router's weight in float32 (its scores are float32 sums): a megabyte a layer."
+    for m in model.modules():
+        if isinstance(m, SparseMoE) and m.gate.weight.dtype != torch.float32:
+            m.gate.weight = nn.Parameter(m.gate.weight.float(), requires_grad=False)
+
 def load_model(path: str | Path, dtype: str | torch.dtype = 'float32', device: str | torch.device = 'cpu',
                max_positions: int | None = None) -> CausalLM:
     """Build the model described by `path/config.json` and load its safetensors weights, cast to `dtype`.
@@ -204,7 +217,13 @@ def load_model(path: str | Path, dtype: str | torch.dtype = 'float32', device: s
         codes = {f'model.layers.{i}.{p}.weight' for i in range(cfg.num_hidden_layers) for p in QUANTIZED_PROJECTIONS}
         expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)
                     if n not in tied and n not in codes}
-    model.load_report = load_weights(model, path, dtype, device, tied, expected)
+    if expected is None:
+        expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False) if n not in tied}
+    # the checkpoint's names where they differ from the model's (Mixtral's experts)
+    names = {checkpoint_name(cfg, n): n for n in expected}
+    expected = {checkpoint_name(cfg, n): s for n, s in expected.items()}
+    model.load_report = load_weights(model, path, dtype, device, tied, expected, names=names)
+    routers_in_float32(model)
     model.int4_checkpoint = Path(path)/INT4_FILE if cfg.quant_group_size else None
     model.rotary.to(device)
     return model.eval().requires_grad_(False)

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 from .core import NanoserveError, ConfigError, parse_dtype, DeviceDiscipline, HOST
 from .config import ModelConfig
-from .model import CausalLM, head_logits
+from .model import CausalLM, head_logits, routers_in_float32
+from .experts import checkpoint_name
 from .weights import load_weights, weight_bytes
 from .fast import speed_up
 from .kvcache import KVCache, KVPoolPlan
@@ -35,10 +36,14 @@ def tensor_parallel_sizes(cfg: ModelConfig) -> list[int]:
     """The world sizes `cfg` splits over: each rank holds whole KV heads, whole query heads and an equal share of the
     MLP width."""
     return [n for n in range(1, cfg.num_key_value_heads + 1)
-            if cfg.num_key_value_heads % n == 0 and cfg.num_attention_heads % n == 0 and cfg.intermediate_size % n == 0]
+            if cfg.num_key_value_heads % n == 0 and cfg.num_attention_heads % n == 0 and cfg.intermediate_size % n == 0
+            and cfg.moe_intermediate_size % n == 0]
 
 def check_tensor_parallel_size(cfg: ModelConfig, n: int):
     "Raise `ConfigError`, naming the sizes that work, unless `n` ranks can split `cfg`."
+    if n > 1 and cfg.qk_norm and not cfg.qk_norm_per_head:
+        raise ConfigError(f"--tensor-parallel-size {n}: {cfg.architecture}'s q and k norms each run over all heads, "
+                          "which the ranks split; serve it in one process (--tensor-parallel-size 1)")
     if n in (sizes := tensor_parallel_sizes(cfg)): return
     raise ConfigError(f"--tensor-parallel-size {n} does not split this model: its {cfg.num_key_value_heads} KV heads "
                       f"({cfg.num_attention_heads} query heads, MLP width {cfg.intermediate_size}) must divide evenly "
@@ -51,13 +56,14 @@ def shard_config(cfg: ModelConfig, n: int) -> ModelConfig:
     check_tensor_parallel_size(cfg, n)
     return replace(cfg, num_attention_heads=cfg.num_attention_heads // n,
                    num_key_value_heads=cfg.num_key_value_heads // n,
-                   intermediate_size=cfg.intermediate_size // n)
+                   intermediate_size=cfg.intermediate_size // n, moe_intermediate_size=cfg.moe_intermediate_size // n)
 
 # %% ../nbs/19_parallel.ipynb #19f0897f
-# outputs split: each rank computes its own heads / MLP columns
-COLUMN_PARALLEL = ('q_proj', 'k_proj', 'v_proj', 'gate_proj', 'up_proj')
+# outputs split: each rank computes its own heads / MLP columns (every expert's too: Mixtral's w1 and w3 are its gate
+# and up); a mixture's router (`gate`) is whole on every rank
+COLUMN_PARALLEL = ('q_proj', 'k_proj', 'v_proj', 'gate_proj', 'up_proj', 'w1', 'w3')
 # inputs split: each rank's product is a partial sum
-ROW_PARALLEL = ('o_proj', 'down_proj')
+ROW_PARALLEL = ('o_proj', 'down_proj', 'w2')
 # rows split: each rank holds a range of token ids
 VOCAB_PARALLEL = ('model.embed_tokens.weight', 'lm_head.weight')
 
@@ -298,9 +304,11 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
         model.model.embed_tokens = VocabParallelEmbedding(per, full.hidden_size, tp.rank * per, tp)
         model.lm_head = nn.Linear(full.hidden_size, per, bias=False)
     tied = {'lm_head.weight': 'model.embed_tokens.weight'} if full.tie_word_embeddings else {}
-    expected = {n: tuple(p.shape) for n, p in whole.named_parameters() if n not in tied}
+    expected = {checkpoint_name(full, n): tuple(p.shape) for n, p in whole.named_parameters() if n not in tied}
+    names = {checkpoint_name(full, n): n for n, _ in whole.named_parameters()}
     def read(h, name, info): return read_shard(h, name, shard_of(name, info.shape, tp.rank, tp.world))
-    model.load_report = load_weights(model, path, dtype, device, tied, expected=expected, read=read)
+    model.load_report = load_weights(model, path, dtype, device, tied, expected=expected, read=read, names=names)
+    routers_in_float32(model)
     model.rotary.to(device)
     # the shard's layers quantized after the fusing and before the packing, and before the wrapping hides them
     q = None if not quantize else lambda m: import_function(quantize['function'])(m, quantize['mode'],

@@ -11,6 +11,7 @@ from safetensors import safe_open
 from .core import ConfigError, WeightsError
 from .fast import FastLinear, q8_pack, q8_product, q4_pack, q4_product
 from .model import CausalLM
+from .experts import mlp_blocks
 from .engine import QUANTIZATIONS
 from .integer import INTEGER_MODES, integer_product, integer_refusal, w4a8_pack, w8a8_pack
 from .gguf import unpack_nibbles
@@ -170,7 +171,8 @@ class W4A8Linear(nn.Module):
 def group_size_for(model: CausalLM) -> int:
     """The int4 group size by default: the largest of 128, 64 and 32 that divides the input width of every layer
     (SmolLM2's 576-wide hidden state takes 64)."""
-    widths = {model.config.hidden_size, model.config.intermediate_size, model.config.q_size}
+    cfg = model.config
+    widths = {cfg.hidden_size, cfg.intermediate_size, cfg.q_size} | ({cfg.moe_intermediate_size} if cfg.is_moe else set())
     for g in (128, 64, 32):
         if all(w % g == 0 for w in widths): return g
     raise ConfigError(f"no int4 group size of 32, 64 or 128 divides this model's layer widths {sorted(widths)}: use "
@@ -190,8 +192,9 @@ def quantize_model(model: CausalLM, mode: str = 'int8', group_size: int | None =
     if mode == 'none': return model
     if model.device.type != 'cpu':
         raise ConfigError(f"--quantization {mode} runs PyTorch's CPU kernels: use --device cpu")
-    group_size = group_size or group_size_for(model)
-    linears = [(block, name, mod) for layer in model.model.layers for block in (layer.self_attn, layer.mlp)
+    if mode in ('int4', 'w4a8'): group_size = group_size or group_size_for(model)    # int8's scales are per row
+    # the attention's products and the MLP's, or every expert's of a sparse layer (its router stays float32)
+    linears = [(block, name, mod) for layer in model.model.layers for block in (layer.self_attn, *mlp_blocks(layer.mlp))
                for name, mod in list(block.named_children()) if isinstance(mod, (FastLinear, nn.Linear))]
     check_integer_mode(mode, sorted({mod.weight.shape[1] for _, _, mod in linears}), group_size)
     make = layer_maker(mode, group_size)

@@ -13,7 +13,8 @@ __all__ = ['CHAT_SPECIALS', 'ARCHS', 'tiny_checkpoint']
 # %% ../nbs/05_tiny.ipynb #3770a640
 # ids 0, 1, 2: SmolLM2's names for end of text and a chat turn's ends
 CHAT_SPECIALS = ('<|endoftext|>', '<|im_start|>', '<|im_end|>')
-ARCHS = {'llama': 'LlamaConfig', 'qwen2': 'Qwen2Config', 'qwen3': 'Qwen3Config', 'mistral': 'MistralConfig'}
+ARCHS = {'llama': 'LlamaConfig', 'qwen2': 'Qwen2Config', 'qwen3': 'Qwen3Config', 'mistral': 'MistralConfig',
+         'qwen3_moe': 'Qwen3MoeConfig', 'mixtral': 'MixtralConfig', 'olmoe': 'OlmoeConfig'}
 
 def tiny_checkpoint(path=None, seed: int = 0, corpus=("hello world",), special_tokens=(),
                     chat_template: str | None = None,
@@ -34,6 +35,8 @@ def tiny_checkpoint(path=None, seed: int = 0, corpus=("hello world",), special_t
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if n.endswith('norm.weight') or n.endswith('.bias'): p.add_(torch.randn_like(p) * 0.1)
+                # a router's scores far apart, so that no near tie decides a token's experts
+                if n.endswith('.gate.weight'): p.normal_(0, 1)
     if dtype is not None: model.to(dtype)
     model.save_pretrained(path)
     bpe = Tokenizer(models.BPE())

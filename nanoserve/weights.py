@@ -124,10 +124,11 @@ def read_private(f: Path, names: list[str]):
 #| export
 def load_weights(model: nn.Module, path: str | Path, dtype: torch.dtype = torch.float32,
                  device: str | torch.device = 'cpu',
-                 tied: dict[str, str] | None = None, expected: dict[str, tuple] | None = None, read=None) -> LoadReport:
+                 tied: dict[str, str] | None = None, expected: dict[str, tuple] | None = None, read=None,
+                 names: dict[str, str] | None = None) -> LoadReport:
     """Check, then load, the safetensors checkpoint in `path` into `model` (typically built on the meta device).
     `expected`: the checkpoint's shapes when they are not the model's; `read(h, name, info)`: what to take from each
-    tensor (under tensor parallelism: a rank's slice)."""
+    tensor (under tensor parallelism: a rank's slice); `names`: checkpoint name -> the model's, where they differ."""
     t0, tied = time.perf_counter(), dict(tied or {})
     if expected is None:
         expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False) if n not in tied}
@@ -135,11 +136,14 @@ def load_weights(model: nn.Module, path: str | Path, dtype: torch.dtype = torch.
     check_tensors(found, expected, optional=set(tied))
     by_file: dict[Path, list[str]] = {}
     for name in expected: by_file.setdefault(found[name].file, []).append(name)
-    for f, names in by_file.items():
+    names = names or {}
+    for f, by_name in by_file.items():
         if read is None:             # each tensor read into the process's own memory, so no mapping of the file stays
-            for name, t in read_private(f, names): set_parameter(model, name, t.to(device=device, dtype=dtype))
+            for name, t in read_private(f, by_name):
+                set_parameter(model, names.get(name, name), t.to(device=device, dtype=dtype))
             continue
         with safe_open(str(f), framework='pt', device='cpu') as h:
-            for name in names: set_parameter(model, name, read(h, name, found[name]).to(device=device, dtype=dtype))
+            for name in by_name:
+                set_parameter(model, names.get(name, name), read(h, name, found[name]).to(device=device, dtype=dtype))
     for alias, source in tied.items(): set_parameter(model, alias, model.get_parameter(source))
     return LoadReport(len(expected), weight_bytes(model), dtype, time.perf_counter() - t0)

@@ -24,12 +24,21 @@ TINY_KINDS = {
     # q/k norms per head; 4 heads of 32: a query width (128) twice the hidden width
     'qwen3': ('qwen3', dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True,
                             rope_theta=1e6)),
+    # mixtures of experts: Qwen3-MoE with a dense layer (mlp_only_layers) and its top k scaled to one; Mixtral's
+    # w1/w2/w3 names and 2 of 4 experts; OLMoE's q and k norms over all heads, its top k unscaled
+    'qwen3_moe': ('qwen3_moe', dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=8,
+                                    num_experts_per_tok=3, moe_intermediate_size=96, norm_topk_prob=True,
+                                    mlp_only_layers=[1], decoder_sparse_step=1)),
+    'mixtral': ('mixtral', dict(num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                num_experts_per_tok=2, intermediate_size=96)),
+    'olmoe': ('olmoe', dict(num_attention_heads=4, num_key_value_heads=4, num_experts=8, num_experts_per_tok=2,
+                            intermediate_size=64, norm_topk_prob=False)),
 }
 
 def make_tiny(path: Path, kind: str, seed: int = 0, dtype=torch.float32) -> Path:
     "Write the tiny random checkpoint `kind` to `path` with nanoserve.tiny (norms and biases perturbed, so they matter); return path."
     arch, extra = TINY_KINDS[kind]
-    return tiny_checkpoint(path, seed, corpus=CORPUS, special_tokens=CHAT_SPECIALS, arch=arch, perturb=True, dtype=dtype, **TINY, **extra)
+    return tiny_checkpoint(path, seed, corpus=CORPUS, special_tokens=CHAT_SPECIALS, arch=arch, perturb=True, dtype=dtype, **(TINY | extra))
 
 @pytest.fixture(scope='session')
 def tiny(tmp_path_factory):

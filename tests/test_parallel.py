@@ -30,7 +30,7 @@ def children() -> set[int]:
 def tokens(engine, prompts, params):
     return [o.token_ids for o in engine.generate(prompts, params, use_tqdm=False)]
 
-@pytest.mark.parametrize('kind', ['peaky', 'llama_attention_bias', 'qwen2_bias', 'qwen3'])
+@pytest.mark.parametrize('kind', ['peaky', 'llama_attention_bias', 'qwen2_bias', 'qwen3', 'qwen3_moe', 'mixtral'])
 def test_two_ranks_equal_one_offline(tiny, peaky, kind):
     "Greedy and seeded sampling, chunked prefill (32-token budget) and a 4-row batch: token for token what one process gives (float32)."
     path = peaky if kind == 'peaky' else tiny(kind)
@@ -62,6 +62,8 @@ def test_sizes_that_do_not_split_are_refused_before_any_process(default_model, t
     before = children()
     with pytest.raises(ConfigError, match='sizes that work: 1, 3'): load_sharded(default_model, 2)
     with pytest.raises(ConfigError, match='sizes that work: 1, 2'): Engine.build(tiny('llama_tied_gqa'), tensor_parallel_size=4)
+    with pytest.raises(ConfigError, match="OlmoeForCausalLM's q and k norms each run over all heads"):
+        Engine.build(tiny('olmoe'), tensor_parallel_size=2)
     assert children() == before                                            # nothing was started
     r = subprocess.run([NANOSERVE, 'generate', '--model', str(default_model), '--tensor-parallel-size', '2', 'hi'], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and '--tensor-parallel-size 2 does not split this model' in r.stderr and 'sizes that work: 1, 3' in r.stderr
