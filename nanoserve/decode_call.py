@@ -84,7 +84,7 @@ def decode_call_refusal(model: CausalLM, cache: KVCache) -> str | None:
     if model.device.type != 'cpu' or dt not in DECODE_CALL_DTYPES:
         return f'it is for bfloat16 and float32 models on the CPU, not {dt} on {model.device.type}'
     if cache.k.dtype != dt: return f"the KV cache is {cache.k.dtype}, not the model's {dt}"
-    if cfg.is_moe: return "it is a mixture of experts, whose tokens are grouped by expert on the host, a layer at a time"
+    if cfg.is_moe: return "it is a mixture of experts, whose tokens are grouped by expert on the host a layer at a time"
     if not (fast.get('fuse') and fast.get('pack') and fast.get('small_ops')):
         return ("it needs the fast layers' fused projections, packed products and small operators "
                 f"(this model has {fast or 'none of them'})")

@@ -172,7 +172,7 @@ def group_size_for(model: CausalLM) -> int:
     """The int4 group size by default: the largest of 128, 64 and 32 that divides the input width of every layer
     (SmolLM2's 576-wide hidden state takes 64)."""
     cfg = model.config
-    widths = {cfg.hidden_size, cfg.intermediate_size, cfg.q_size} | ({cfg.moe_intermediate_size} if cfg.is_moe else set())
+    widths = {cfg.hidden_size, cfg.intermediate_size, cfg.q_size, *([cfg.moe_intermediate_size] * cfg.is_moe)}
     for g in (128, 64, 32):
         if all(w % g == 0 for w in widths): return g
     raise ConfigError(f"no int4 group size of 32, 64 or 128 divides this model's layer widths {sorted(widths)}: use "
