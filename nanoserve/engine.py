@@ -384,7 +384,9 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
         # the quantizer takes the decoder layers' products after the fusing, before anything is packed
         q = (lambda m: quantize(m, config.quantization, config.quant_group_size)) if quantized else None
         with freed_memory_returned():
-            model = load_model(path, dtype, config.device, max_positions=config.max_model_len)
+            # quantized: the products are read one at a time as the quantizer takes them, never all at full width
+            model = load_model(path, dtype, config.device, max_positions=config.max_model_len,
+                               defer_products=bool(quantized))
             # the original weights go as their packed copies are made: nothing reads them afterwards
             model = speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear,
                              config.small_ops, config.batch_invariant is not False, release=True, quantize=q)

@@ -350,7 +350,8 @@ class FusedMLP(nn.Module):
     def __init__(self, m: MLP, one_row: bool = True, small_ops: bool = False):
         super().__init__()
         self.intermediate_size, self.small_ops = m.gate_proj.out_features, small_ops
-        self.kernel = small_ops and small_ops_take(m.gate_proj.weight)    # compiled: `silu_mul_op` for this dtype
+        w = m.gate_proj.weight      # (a deferred load's is on the meta device until the quantizer reads it: a CPU one)
+        self.kernel = small_ops and small_ops_take(torch.empty(0, dtype=w.dtype) if w.is_meta else w)
         self.gate_up_proj = FastLinear.of(m.gate_proj, m.up_proj, one_row=one_row)
         self.down_proj = FastLinear.of(m.down_proj, one_row=one_row)
 

@@ -14,7 +14,7 @@ from .core import parse_dtype, ConfigError
 from .config import ModelConfig, INT4_FILE
 from .layers import RMSNorm, RotaryEmbedding, MLP
 from .experts import SparseMoE, checkpoint_name
-from .weights import load_weights, set_parameter
+from .weights import load_weights, set_parameter, CheckpointReader
 
 # %% auto #0
 __all__ = ['WIDE_ROWS_BYTES', 'QUANTIZED_PROJECTIONS', 'AttentionBackend', 'sdpa_reference', 'DenseKV', 'DenseStep', 'Attention',
@@ -197,8 +197,10 @@ def routers_in_float32(model: nn.Module):
             m.gate.weight = nn.Parameter(m.gate.weight.float(), requires_grad=False)
 
 def load_model(path: str | Path, dtype: str | torch.dtype = 'float32', device: str | torch.device = 'cpu',
-               max_positions: int | None = None) -> CausalLM:
-    """Build the model described by `path/config.json` and load its safetensors weights, cast to `dtype`.
+               max_positions: int | None = None, defer_products: bool = False) -> CausalLM:
+    """Build the model described by `path/config.json` and load its safetensors weights, cast to `dtype`. With
+    `defer_products`, the decoder layers' products stay on the meta device and `model.deferred` (a `CheckpointReader`)
+    reads them when the quantizer asks, one at a time, so a checkpoint larger than memory loads quantized.
     An int4 checkpoint (`pull --quantization int4`) loads all but the decoder's projections, whose weights stay on the
     meta device, with `model.int4_checkpoint` naming the file the int4 loader reads their codes from."""
     cfg, dtype = ModelConfig.from_dir(path), parse_dtype(dtype)
@@ -212,17 +214,20 @@ def load_model(path: str | Path, dtype: str | torch.dtype = 'float32', device: s
         model.int4_checkpoint = None
         model.rotary.to(device)
         return model.eval().requires_grad_(False)
-    expected = None
+    codes = set()
     if cfg.quant_group_size:
         codes = {f'model.layers.{i}.{p}.weight' for i in range(cfg.num_hidden_layers) for p in QUANTIZED_PROJECTIONS}
-        expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)
-                    if n not in tied and n not in codes}
-    if expected is None:
-        expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False) if n not in tied}
+    expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)
+                if n not in tied and n not in codes}
     # the checkpoint's names where they differ from the model's (Mixtral's experts)
     names = {checkpoint_name(cfg, n): n for n in expected}
     expected = {checkpoint_name(cfg, n): s for n, s in expected.items()}
-    model.load_report = load_weights(model, path, dtype, device, tied, expected, names=names)
+    # deferred: the decoder layers' products, left on the meta device for the quantizer to read one at a time
+    # (an int4 checkpoint's are its codes, which its own loader reads)
+    defer = {checkpoint_name(cfg, n) for n in names.values() if defer_products and not cfg.quant_group_size
+             and n.startswith('model.layers.') and n.endswith('_proj.weight')}
+    model.load_report = load_weights(model, path, dtype, device, tied, expected, names=names, defer=defer)
+    model.deferred = CheckpointReader(path, dtype, {n: c for c, n in names.items()}) if defer else None
     routers_in_float32(model)
     model.int4_checkpoint = Path(path)/INT4_FILE if cfg.quant_group_size else None
     model.rotary.to(device)

@@ -18,7 +18,7 @@ from .gguf import unpack_nibbles
 
 # %% auto #0
 __all__ = ['QUANT_ROWS', 'FUSED_PARTS', 'quantize_int8', 'dequantize_int8', 'quantize_int4', 'dequantize_int4', 'Int8Linear',
-           'Int4Linear', 'W8A8Linear', 'W4A8Linear', 'group_size_for', 'quantize_model', 'layer_maker',
+           'Int4Linear', 'W8A8Linear', 'W4A8Linear', 'group_size_for', 'quantize_model', 'own_weight', 'layer_maker',
            'check_integer_mode', 'quantize_head', 'load_int4_layers']
 
 # %% ../nbs/55_quant.ipynb #1f5bf340
@@ -198,10 +198,20 @@ def quantize_model(model: CausalLM, mode: str = 'int8', group_size: int | None =
                for name, mod in list(block.named_children()) if isinstance(mod, (FastLinear, nn.Linear))]
     check_integer_mode(mode, sorted({mod.weight.shape[1] for _, _, mod in linears}), group_size)
     make = layer_maker(mode, group_size)
+    prefix = {id(m): n for n, m in model.named_modules()}
     with torch.no_grad():
-        for block, name, mod in linears: setattr(block, name, make(mod.weight, mod.bias))
+        for block, name, mod in linears:
+            setattr(block, name, make(own_weight(model, prefix[id(block)], name, mod), mod.bias))
     model.quantization, model.quant_group_size = mode, group_size if mode in ('int4', 'w4a8') else None
+    model.deferred = None
     return model
+
+def own_weight(model: CausalLM, block: str, name: str, mod: nn.Module) -> torch.Tensor:
+    """The weight of the product `name` of the block named `block`: its own, or (a deferred load, `load_model`'s
+    `defer_products`) its parts read from the checkpoint now and fused as the fast layers fuse them."""
+    if mod.weight.device.type != 'meta': return mod.weight
+    if getattr(model, 'deferred', None) is None: raise ConfigError(f"{block}.{name} was never loaded")
+    return torch.cat([model.deferred.read(f'{block}.{p}.weight') for p in FUSED_PARTS.get(name, (name,))])
 
 def layer_maker(mode: str, group_size: int, wide: bool = False):
     "`make(weight, bias)`: a quantized layer of `mode` (groups of `group_size` for the int4 modes)."

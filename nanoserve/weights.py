@@ -14,7 +14,7 @@ from .core import WeightsError, ModelNotFound, human_bytes
 
 # %% auto #0
 __all__ = ['IGNORED_SUFFIXES', 'SAFETENSORS_DTYPES', 'TensorInfo', 'LoadReport', 'checkpoint_files', 'read_headers',
-           'check_tensors', 'set_parameter', 'weight_bytes', 'read_private', 'load_weights']
+           'check_tensors', 'set_parameter', 'weight_bytes', 'read_private', 'CheckpointReader', 'load_weights']
 
 # %% ../nbs/03_weights.ipynb #7124f110
 @dataclass(frozen=True)
@@ -107,35 +107,59 @@ def read_private(f: Path, names: list[str]):
     process's own, one at a time. safetensors' own reader maps the file: its tensors are views of the mapping, whose
     pages count as the process's memory for as long as any of them lives, beside every copy made of them."""
     with open(f, 'rb') as fh:
-        size = int.from_bytes(fh.read(8), 'little')
-        header, start = json.loads(fh.read(size)), 8 + size
-        for name in names:
-            info = header[name]
-            t = torch.empty(info['shape'], dtype=SAFETENSORS_DTYPES[info['dtype']])
-            begin, end = info['data_offsets']
-            if end - begin != t.numel() * t.element_size():
-                raise WeightsError(f"{f}: {name} holds {end - begin} bytes, not the {t.numel() * t.element_size()} "
-                                   "its shape and dtype need; download or pull the model again")
-            fh.seek(start + begin)
-            if fh.readinto(t.view(-1).view(torch.uint8).numpy()) != end - begin:
-                raise WeightsError(f"{f} ends inside {name}: it is truncated; download or pull the model again")
-            yield name, t
+        header, start = _header(fh)
+        for name in names: yield name, _read_one(fh, f, start, header[name], name)
+
+def _header(fh) -> tuple[dict, int]:
+    "A safetensors file's parsed header and where its data starts."
+    size = int.from_bytes(fh.read(8), 'little')
+    return json.loads(fh.read(size)), 8 + size
+
+def _read_one(fh, f: Path, start: int, info: dict, name: str) -> torch.Tensor:
+    t = torch.empty(info['shape'], dtype=SAFETENSORS_DTYPES[info['dtype']])
+    begin, end = info['data_offsets']
+    if end - begin != t.numel() * t.element_size():
+        raise WeightsError(f"{f}: {name} holds {end - begin} bytes, not the {t.numel() * t.element_size()} "
+                           "its shape and dtype need; download or pull the model again")
+    fh.seek(start + begin)
+    if fh.readinto(t.view(-1).view(torch.uint8).numpy()) != end - begin:
+        raise WeightsError(f"{f} ends inside {name}: it is truncated; download or pull the model again")
+    return t
+
+class CheckpointReader:
+    """Tensors of a checkpoint read one at a time when asked for (a deferred load: the quantizer reads each weight as it
+    quantizes it), each into memory of the process's own, cast to `dtype`; `names`: the model's name -> the
+    checkpoint's, where they differ."""
+    def __init__(self, path: str | Path, dtype: torch.dtype, names: dict[str, str] | None = None):
+        self.found, self.dtype, self.names = read_headers(checkpoint_files(path)), dtype, dict(names or {})
+        self._headers: dict[Path, tuple[dict, int]] = {}
+
+    def read(self, name: str) -> torch.Tensor:
+        "The model's parameter `name` from the checkpoint."
+        stored = self.names.get(name, name)
+        f = self.found[stored].file
+        with open(f, 'rb') as fh:
+            if f not in self._headers: self._headers[f] = _header(fh)
+            header, start = self._headers[f]
+            return _read_one(fh, f, start, header[stored], stored).to(self.dtype)
 
 #| export
 def load_weights(model: nn.Module, path: str | Path, dtype: torch.dtype = torch.float32,
                  device: str | torch.device = 'cpu',
                  tied: dict[str, str] | None = None, expected: dict[str, tuple] | None = None, read=None,
-                 names: dict[str, str] | None = None) -> LoadReport:
+                 names: dict[str, str] | None = None, defer: set[str] = frozenset()) -> LoadReport:
     """Check, then load, the safetensors checkpoint in `path` into `model` (typically built on the meta device).
     `expected`: the checkpoint's shapes when they are not the model's; `read(h, name, info)`: what to take from each
-    tensor (under tensor parallelism: a rank's slice); `names`: checkpoint name -> the model's, where they differ."""
+    tensor (under tensor parallelism: a rank's slice); `names`: checkpoint name -> the model's, where they differ;
+    `defer`: checkpoint names checked with the rest and not read (a `CheckpointReader` reads them later)."""
     t0, tied = time.perf_counter(), dict(tied or {})
     if expected is None:
         expected = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False) if n not in tied}
     found = read_headers(checkpoint_files(path))
     check_tensors(found, expected, optional=set(tied))
     by_file: dict[Path, list[str]] = {}
-    for name in expected: by_file.setdefault(found[name].file, []).append(name)
+    for name in expected:
+        if name not in defer: by_file.setdefault(found[name].file, []).append(name)
     names = names or {}
     for f, by_name in by_file.items():
         if read is None:             # each tensor read into the process's own memory, so no mapping of the file stays
@@ -146,4 +170,4 @@ def load_weights(model: nn.Module, path: str | Path, dtype: torch.dtype = torch.
             for name in by_name:
                 set_parameter(model, names.get(name, name), read(h, name, found[name]).to(device=device, dtype=dtype))
     for alias, source in tied.items(): set_parameter(model, alias, model.get_parameter(source))
-    return LoadReport(len(expected), weight_bytes(model), dtype, time.perf_counter() - t0)
+    return LoadReport(len(expected) - len(defer), weight_bytes(model), dtype, time.perf_counter() - t0)
