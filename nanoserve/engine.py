@@ -14,6 +14,7 @@ import torch
 from .core import ConfigError, parse_dtype, dtype_name, resolve_dtype, DeviceDiscipline
 from .tokenizer import Tokenizer, IncrementalDetokenizer
 from .fast import speed_up
+from .grouped_experts import group_experts
 from .integer import integer_refusal
 from .config import ModelConfig
 from .model import CausalLM, load_model
@@ -368,6 +369,7 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
             model.dtype_reason = 'the model was loaded before the engine'   # its dtype wins over config.dtype
         model = speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear,
                          config.small_ops, config.batch_invariant is not False)
+        group_experts(model)           # a mixture's experts: three kernel calls a layer where their copies allow
         return model, tokenizer, stop_ids_for(None, model, tokenizer)
     path = Path(model)
     dtype, why = resolve_dtype(config.dtype, config.device)
@@ -390,6 +392,7 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
             # the original weights go as their packed copies are made: nothing reads them afterwards
             model = speed_up(model, config.fuse_projections, config.gemv, config.pack_weights, config.amx_linear,
                              config.small_ops, config.batch_invariant is not False, release=True, quantize=q)
+            group_experts(model)
     model.dtype_reason, model.checkpoint_dir = why, path      # the directory: a self-draft loads it again
     with ranks_released_on_error(model):
         tokenizer = tokenizer or Tokenizer.from_dir(path)

@@ -11,8 +11,8 @@ from .config import ModelConfig
 from .layers import MLP
 
 # %% auto #0
-__all__ = ['MIXTRAL_EXPERT_NAMES', 'Router', 'expert_groups', 'run_experts', 'SparseMoE', 'moe_reference', 'checkpoint_name',
-           'mlp_blocks']
+__all__ = ['HOST_GROUPED_SLOTS', 'MIXTRAL_EXPERT_NAMES', 'Router', 'expert_groups', 'run_experts', 'SparseMoE', 'moe_reference',
+           'checkpoint_name', 'mlp_blocks']
 
 # %% ../nbs/04_experts.ipynb #9852ea48
 class Router(nn.Module):
@@ -43,19 +43,43 @@ def expert_groups(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, li
     return flat.argsort(stable=True), torch.bincount(flat, minlength=num_experts).tolist()
 
 # %% ../nbs/04_experts.ipynb #252591e5
-def run_experts(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, experts) -> torch.Tensor:
-    """x [n, hidden] through each token's experts `ids` [n, k] (`experts[e]` maps rows to rows), weighted by `weights`
-    [n, k] and summed in float32 over the choices in order: [n, hidden] in x's dtype."""
-    n, k = ids.shape
+# the most slots (tokens times k) grouped on the host; more are sorted on the device
+HOST_GROUPED_SLOTS = 256
+
+def _rows_by_lists(x: torch.Tensor, ids: torch.Tensor, experts) -> torch.Tensor:
+    "Each slot's expert output [n * k, hidden], the slots grouped by expert on the host."
+    k, groups = ids.shape[1], {}
+    for slot, e in enumerate(ids.reshape(-1).tolist()): groups.setdefault(e, []).append(slot)
+    outs = [None] * ids.numel()
+    for e in sorted(groups):
+        slots = groups[e]
+        first = slots[0] // k
+        y = experts[e](x[first:first + 1] if len(slots) == 1 else x[[s // k for s in slots]])
+        for i, slot in enumerate(slots): outs[slot] = y[i]
+    return torch.stack(outs)
+
+def _rows_by_sort(x: torch.Tensor, ids: torch.Tensor, experts) -> torch.Tensor:
+    "Each slot's expert output [n * k, hidden], the slots sorted by expert on the device (`expert_groups`)."
+    k = ids.shape[1]
     order, counts = expert_groups(ids, len(experts))
-    rows = torch.empty(n * k, x.shape[1], dtype=torch.float32, device=x.device)     # [slots, hidden]
+    rows = torch.empty(ids.numel(), x.shape[1], dtype=x.dtype, device=x.device)     # [slots, hidden]
     start = 0
     for e, count in enumerate(counts):
         if not count: continue
         slots = order[start:start + count]
         start += count
-        rows[slots] = experts[e](x[slots // k]).float()
-    rows = rows.view(n, k, -1)
+        rows.index_copy_(0, slots, experts[e](x.index_select(0, slots // k)))
+    return rows
+
+def run_experts(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, experts, grouped=None) -> torch.Tensor:
+    """x [n, hidden] through each token's experts `ids` [n, k] (`experts[e]` maps rows to rows), weighted by `weights`
+    [n, k] and summed in float32 over the choices in order: [n, hidden] in x's dtype. `grouped(x, ids)`, where given,
+    computes the slots' rows itself (the grouped expert products), or returns None where it does not take x."""
+    n, k = ids.shape
+    rows = None if grouped is None else grouped(x, ids)
+    if rows is None and n * k <= HOST_GROUPED_SLOTS: rows = _rows_by_lists(x, ids, experts)
+    elif rows is None: rows = _rows_by_sort(x, ids, experts)
+    rows = rows.float().view(n, k, -1)
     out = rows[:, 0] * weights[:, :1]
     for j in range(1, k): out += rows[:, j] * weights[:, j:j + 1]
     return out.to(x.dtype)
@@ -67,11 +91,12 @@ class SparseMoE(nn.Module):
         super().__init__()
         self.gate = Router(cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok, cfg.norm_topk_prob)
         self.experts = nn.ModuleList(MLP(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.num_experts))
+        self.grouped = None          # the grouped expert products, where the fast layers put them in
 
-    @torch.compiler.disable          # the counts are read on the host: compiled steps run this part eagerly
+    @torch.compiler.disable          # the grouping reads the ids on the host: compiled steps run this part eagerly
     def forward(self, x: torch.Tensor) -> torch.Tensor:                # x: [num_tokens, hidden]
         weights, ids = self.gate(x)
-        return run_experts(x, weights, ids, self.experts)
+        return run_experts(x, weights, ids, self.experts, self.grouped)
 
 # %% ../nbs/04_experts.ipynb #07f08199
 def moe_reference(moe: SparseMoE, x: torch.Tensor) -> torch.Tensor:

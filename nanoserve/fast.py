@@ -172,6 +172,7 @@ def _declare_amx(lib):
     lib.q4_packed_size.restype, lib.q4_packed_size.argtypes = I, [I, I, I]
     lib.q4_pack.restype, lib.q4_pack.argtypes = None, [P, P, P, P, I, I, I]
     lib.q4_linear.restype, lib.q4_linear.argtypes = ctypes.c_int, [P, P, P, P, I, I, I, ctypes.c_int, ctypes.c_int]
+    lib.linear_many.restype, lib.linear_many.argtypes = ctypes.c_int, [ctypes.c_int, I, P, P, P, P, I, I, ctypes.c_int]
     if lib.amx_enable() != 0:
         raise OSError("Linux did not grant this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
 

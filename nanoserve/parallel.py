@@ -18,6 +18,7 @@ from .model import CausalLM, head_logits, routers_in_float32
 from .experts import checkpoint_name
 from .weights import load_weights, weight_bytes
 from .fast import speed_up
+from .grouped_experts import group_experts
 from .kvcache import KVCache, KVPoolPlan
 from .attention import SeqChunk, build_metadata, INVARIANT_BLOCK
 from .runner import ModelRunner
@@ -314,6 +315,7 @@ def load_shard(path: str | Path, tp: TensorParallel, dtype='float32', device='cp
     q = None if not quantize else lambda m: import_function(quantize['function'])(m, quantize['mode'],
                                                                                       quantize['group_size'])
     model = speed_up(model.eval().requires_grad_(False), fuse, one_row, pack, amx, small_ops, invariant, quantize=q)
+    group_experts(model)
     for layer in model.model.layers:
         layer.self_attn, layer.mlp = SumOverRanks(layer.self_attn, tp), SumOverRanks(layer.mlp, tp)
     model.lm_head = GatherVocab(model.lm_head, full.vocab_size, tp)

@@ -5,7 +5,8 @@
    Entry     amx_enable (asks Linux for the tile state), amx_packed_size and amx_pack (the build's packed layout),
              amx_linear (the product), amx_dot_rows (the most rows the dot products take); q8_packed_size, q8_pack
              and q8_linear, the same products over int8 weights with a scale a column, and q4_packed_size, q4_pack
-             and q4_linear, over int4 weights with a scale and a zero a group (below).
+             and q4_linear, over int4 weights with a scale and a zero a group (below); linear_many, many products of
+             one shape in one call (a mixture of experts' experts, each over its own rows).
    Build     AMX_LINEAR_FLAGS in nanoserve/fast.py: -O3 -fopenmp -fPIC -shared -std=c11 (amx_kernel), as
              'amx_linear' (tiles, dot products for one row), 'amx_linear_tiles' (-DDOT_ROWS=0: the tiles at every row
              count, the batch-invariant build) or 'bf16_dot_linear' (-DNO_TILES: a CPU with AVX512-BF16 and no AMX).
@@ -14,7 +15,7 @@
              float64, and its rows' bits across row and thread counts;
              tests/test_fast.py::test_amx_products_greedy_text_equals_onednn; the int8 and int4 products in
              06_fast's cells after "int8 products", nbs/13_decode_call.ipynb, nbs/55_quant.ipynb and
-             tests/test_quant.py. */
+             tests/test_quant.py; linear_many in nbs/06_grouped_experts.ipynb and tests/test_experts.py. */
 
 /* bfloat16 products y = x @ w.T (+ b) on Intel's AMX tiles, over weights packed once.  Compiled for AMX whatever the
    machine (target attributes); called only where the CPU has it and Linux has granted this process the tile state
@@ -494,5 +495,20 @@ TGT int q4_linear(const uint16_t *x, const void *packed, const uint16_t *bias, v
     }
     if (M > 1) free(xt);
     free(xs);
+    return 0;
+}
+
+/* G products of one shape, one after another in one call (a mixture of experts' experts, each over its own rows):
+   x[i] [M[i], K] @ w[i].T into out[i], bfloat16 and without a bias, through amx_linear (kind 0), q8_linear (1) or
+   q4_linear (2), each computed as a call of its own computes it; the Python and ctypes of a call an expert is what
+   this saves.  The first failing product's code, else 0. */
+TGT int linear_many(int kind, int64_t G, const uint16_t *const *x, const void *const *w, void *const *out,
+                    const int64_t *M, int64_t N, int64_t K, int nthreads) {
+    for (int64_t i = 0; i < G; i++) {
+        int failed = kind == 0 ? amx_linear(x[i], (const uint16_t *)w[i], 0, out[i], M[i], N, K, nthreads, 0)
+                   : kind == 1 ? q8_linear(x[i], w[i], 0, out[i], M[i], N, K, nthreads, 0)
+                   : q4_linear(x[i], w[i], 0, out[i], M[i], N, K, nthreads, 0);
+        if (failed) return failed;
+    }
     return 0;
 }
