@@ -62,7 +62,8 @@ def test_bfloat16_is_close_to_transformers_float32(tiny, kind):
 @pytest.mark.parametrize('mode', ['none', 'int8', 'int4'])
 def test_grouped_expert_products_equal_the_per_expert_path_bit_for_bit(tiny, mode):
     "The expert kernel's reference check: the whole model's logits over a prefill and a decode batch, grouped or not."
-    engine = build_engine(str(tiny('olmoe')), EngineConfig(dtype='bfloat16', quantization=mode), quantize=quantize_model)
+    cfg = EngineConfig(dtype='bfloat16', quantization=mode)
+    engine = build_engine(str(tiny('olmoe')), cfg, quantize=quantize_model)
     model, layers = engine.model, moe_layers(engine.model)
     assert all(m.grouped is not None for m in layers)
     ids = torch.tensor(prompts(320)[4])
@@ -86,7 +87,8 @@ def test_seeded_answers_alone_equal_a_crowd_bit_for_bit(tiny, mode):
     """A crowd of 6 seeded requests under a 16-token budget (prefills chunked where the crowd puts them, decodes beside
     prefills), against each alone: the same tokens and logprobs."""
     path = str(tiny('qwen3_moe'))
-    dtype, quant = ('float32', 'none') if mode == 'float32' else ('bfloat16', mode if mode.startswith('int') else 'none')
+    dtype = 'float32' if mode == 'float32' else 'bfloat16'
+    quant = mode if mode.startswith('int') else 'none'
     cfg = dict(dtype=dtype, quantization=quant, max_num_batched_tokens=16, max_model_len=256)
     ps = prompts(320)
     params = [SamplingParams(temperature=0.8, top_p=0.95, seed=100 + i, max_tokens=12, logprobs=2) for i in range(6)]
