@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from .experts import SparseMoE
 from .fast import _amx_lib
+from .integer import _lib as _integer_lib
 from .elementwise import silu_mul
 from .core import named_in_profile
 
@@ -17,8 +18,9 @@ from .core import named_in_profile
 __all__ = ['MANY_KINDS', 'expert_copy', 'GroupedExperts', 'group_experts']
 
 # %% ../nbs/06_grouped_experts.ipynb #f74fa3c5
-# the own-kernel copies `linear_many` takes, and its code for each
-MANY_KINDS = {'amx': 0, 'q8': 1, 'q4': 2}
+# the own-kernel copies `linear_many` takes: which kernel library's (the bfloat16 products' or the integer ones'), and
+# its code there for each
+MANY_KINDS = {'amx': ('bf16', 0), 'q8': ('bf16', 1), 'q4': ('bf16', 2), 'w8': ('integer', 0), 'w4': ('integer', 1)}
 
 def expert_copy(p: nn.Module) -> tuple[str, torch.Tensor] | None:
     "(kind, packed copy) of a bias-free product holding one of `MANY_KINDS`' copies; None otherwise."
@@ -34,7 +36,8 @@ class GroupedExperts:
     the per-expert path's bits; None where x is not bfloat16."""
     def __init__(self, kind: str, invariant: bool, gate_up: list, down: list, hidden: int, inter: int, kernel: bool):
         self.kind, self.hidden, self.inter, self.kernel = kind, hidden, inter, kernel
-        self.lib = _amx_lib(invariant) if kind == 'amx' else _amx_lib()
+        # the build each per-expert call takes: the bfloat16 kernel's invariant one where packed for it
+        self.lib = _integer_lib() if MANY_KINDS[kind][0] == 'integer' else _amx_lib(invariant and kind == 'amx')
         self.copies = gate_up + down                         # held: the addresses below point into them
         self.gate_up = [t.data_ptr() for t in gate_up]       # [experts] packed gate-and-up copies
         self.down = [t.data_ptr() for t in down]             # [experts] packed down copies
@@ -42,9 +45,11 @@ class GroupedExperts:
     @classmethod
     def of(cls, experts) -> GroupedExperts | None:
         "The grouped products of `experts` (the fast layers' `FusedMLP`s), or None where they do not all qualify."
-        if _amx_lib() is None or not all(hasattr(e, 'gate_up_proj') for e in experts): return None
+        if not all(hasattr(e, 'gate_up_proj') for e in experts): return None
         gu, dn = [expert_copy(e.gate_up_proj) for e in experts], [expert_copy(e.down_proj) for e in experts]
         if None in gu or None in dn or len({c[0] for c in gu + dn}) != 1: return None
+        lib = _integer_lib() if MANY_KINDS[gu[0][0]][0] == 'integer' else _amx_lib()
+        if lib is None or not hasattr(lib, 'linear_many'): return None
         inv = {bool(getattr(e.gate_up_proj, 'invariant', False)) for e in experts}
         inv |= {bool(getattr(e.down_proj, 'invariant', False)) for e in experts}
         if len(inv) != 1 or len({e.small_ops for e in experts}) != 1: return None
@@ -60,7 +65,7 @@ def _many(self: GroupedExperts, weights: list[int], x: torch.Tensor, out: torch.
     arrays = ((P * G)(*(x.data_ptr() + i * K * 2 for i in xs)), (P * G)(*weights),
               (P * G)(*(out.data_ptr() + i * N * 2 for i in outs)), (ctypes.c_int64 * G)(*counts))
     with named_in_profile('nanoserve::linear_many'):
-        failed = self.lib.linear_many(MANY_KINDS[self.kind], G, *arrays, N, K, torch.get_num_threads())
+        failed = self.lib.linear_many(MANY_KINDS[self.kind][1], G, *arrays, N, K, torch.get_num_threads())
     if failed == 1: raise MemoryError("the grouped expert products could not allocate their scratch")
     if failed: raise ValueError(f"the grouped expert products refused {K} inputs: not a multiple of their blocks")
 

@@ -41,6 +41,7 @@ def _declare(lib):
     lib.w8a8_pack.restype, lib.w8a8_pack.argtypes = None, [P, P, P, I, I]
     lib.w4a8_packed_size.restype, lib.w4a8_packed_size.argtypes = I, [I, I, I]
     lib.w4a8_pack.restype, lib.w4a8_pack.argtypes = None, [P, P, P, P, I, I, I]
+    lib.linear_many.restype, lib.linear_many.argtypes = ctypes.c_int, [ctypes.c_int, I, P, P, P, P, I, I, ctypes.c_int]
     if lib.a8_enable() != 0:
         raise OSError("Linux did not grant this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
 

@@ -12,6 +12,7 @@ from nanoserve.engine import Engine, EngineConfig
 from nanoserve.experts import SparseMoE
 from nanoserve.fast import amx_kernel, speed_up
 from nanoserve.grouped_experts import group_experts
+from nanoserve.integer import integer_refusal
 from nanoserve.launch import build_engine, check_recorder_takes
 from nanoserve.loadgen import spawn_server
 from nanoserve.model import load_model, DenseKV
@@ -58,10 +59,11 @@ def test_bfloat16_is_close_to_transformers_float32(tiny, kind):
         want = hf(ids[None]).logits[0].float()
     assert (got.softmax(-1) - want.softmax(-1)).abs().max() < 0.03
 
-@pytest.mark.skipif(amx_kernel() is None, reason="the grouped products need the bfloat16 kernel (AMX or AVX512-BF16)")
-@pytest.mark.parametrize('mode', ['none', 'int8', 'int4'])
+@pytest.mark.parametrize('mode', ['none', 'int8', 'int4', 'w8a8', 'w4a8'])
 def test_grouped_expert_products_equal_the_per_expert_path_bit_for_bit(tiny, mode):
     "The expert kernel's reference check: the whole model's logits over a prefill and a decode batch, grouped or not."
+    if mode in ('w8a8', 'w4a8') and (why := integer_refusal(mode)): pytest.skip(why)
+    if mode not in ('w8a8', 'w4a8') and amx_kernel() is None: pytest.skip("no bfloat16 kernel (AMX or AVX512-BF16)")
     cfg = EngineConfig(dtype='bfloat16', quantization=mode)
     engine = build_engine(str(tiny('olmoe')), cfg, quantize=quantize_model)
     model, layers = engine.model, moe_layers(engine.model)

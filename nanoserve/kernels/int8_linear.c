@@ -9,12 +9,13 @@
              bfloat16 out, rounded to nearest even, or the float32 values where the caller asks (the last argument).
    Entry     a8_enable (asks Linux for the tile state), a8_tiles (1: this build has them), a8_quantize (the rows'
              codes and scales, for the reference), w8a8_packed_size, w8a8_pack, w8a8_linear, w4a8_packed_size,
-             w4a8_pack, w4a8_linear.
+             w4a8_pack, w4a8_linear; linear_many, many products of one shape in one call (a mixture of experts'
+             experts, each over its own rows).
    Build     INT8_FLAGS in nanoserve/integer.py: -O3 -fopenmp -fPIC -shared -std=c11, as 'int8_linear' (AMX-INT8 tiles
              past TILE_ROWS rows, AVX512-VNNI dot products up to it) or 'int8_dot_linear' (-DNO_TILES: a CPU with
              AVX512-VNNI and no AMX, dot products at every row count).  TILE_ROWS may be set with -D to measure.
    Checked   nbs/06_integer.ipynb: each product against its integer reference in PyTorch, bit for bit, and its rows'
-             bits across row and thread counts; tests/test_integer.py.
+             bits across row and thread counts; tests/test_integer.py; linear_many in nbs/06_grouped_experts.ipynb.
 
    Why a row's bits never depend on its batch: a group's sum is an integer, exact in any order, so the tiles and the
    dot products give the same int32 for a row's group whatever the number of rows, the path or the threads; what
@@ -604,5 +605,18 @@ TGT int w4a8_linear(const uint16_t *x, const void *packed, const uint16_t *bias,
     free(xq);
     free(xs);
     free(sx);
+    return 0;
+}
+
+/* G products of one shape, one after another in one call (a mixture of experts' experts, each over its own rows):
+   x[i] [M[i], K] @ w[i].T into out[i], bfloat16 and without a bias, through w8a8_linear (kind 0) or w4a8_linear (1),
+   each computed as a call of its own computes it.  The first failing product's code, else 0. */
+TGT int linear_many(int kind, int64_t G, const uint16_t *const *x, const void *const *w, void *const *out,
+                    const int64_t *M, int64_t N, int64_t K, int nthreads) {
+    for (int64_t i = 0; i < G; i++) {
+        int failed = kind == 0 ? w8a8_linear(x[i], w[i], 0, out[i], M[i], N, K, nthreads, 0)
+                   : w4a8_linear(x[i], w[i], 0, out[i], M[i], N, K, nthreads, 0);
+        if (failed) return failed;
+    }
     return 0;
 }
