@@ -92,9 +92,14 @@ def convert(src: Path, dst: Path, tokenizer_gguf: Path):
     r = gguf.GGUFReader(str(tokenizer_gguf))
     for name, f in r.fields.items():
         if not name.startswith('tokenizer.'): continue
-        vtype = f.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY: w.add_key_value(name, f.contents(), vtype, sub_type=f.types[-1])
-        else: w.add_key_value(name, f.contents(), vtype)
+        vtype, value = f.types[0], f.contents()
+        # llama.cpp wants a token a row of the embedding: the rows past the tokenizer's are named, as control tokens
+        pad = cfg['vocab_size'] - len(r.fields['tokenizer.ggml.tokens'].contents())
+        if name == 'tokenizer.ggml.tokens': value = value + [f'<|unused{i}|>' for i in range(pad)]
+        if name == 'tokenizer.ggml.token_type': value = value + [int(gguf.TokenType.CONTROL)] * pad
+        if name == 'tokenizer.ggml.scores': value = value + [0.0] * pad
+        if vtype == gguf.GGUFValueType.ARRAY: w.add_key_value(name, value, vtype, sub_type=f.types[-1])
+        else: w.add_key_value(name, value, vtype)
     tensors = plan(cfg, ck)
     for name, shape, dtype, _ in tensors:
         w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
