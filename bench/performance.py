@@ -27,7 +27,8 @@ NOTEBOOKS = ('nbs/index.ipynb', 'nbs/24_offline_bench.ipynb')
 # bench/memory.py (peak resident memory against the budget: a lead above 1 is within it); ab: nanoserve alone
 # before and after a change (bench/offline_ab.sh's layout); prefill: `nanoserve bench prefill --compare-modes
 # --compare-vllm` (one prompt at a time, or a crowd, to its first token); shaped_*: side_by_side.py --model on a
-# real-size shape (bench/shaped_checkpoint.py), its crowd and 1 request/s.
+# real-size shape (bench/shaped_checkpoint.py), its crowd and 1 request/s; moe: bench/moe.py beside llama.cpp and
+# vLLM on mixtures of experts' shapes (bench/moe_checkpoint.py), each row's medians already taken (moe.csv).
 FAMILIES = [
     dict(folder='zen4', title='AMD Zen 4 VM', date='2026-12-04', commits='beff1e6, 7b7101f',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv')]),
@@ -40,9 +41,10 @@ FAMILIES = [
                ('speculative_draft', 'speculative_draft_run2.csv'), ('memory', 'memory.csv'),
                ('ab', 'device_discipline_ab.csv')]),
     dict(folder='sapphire_rapids', title='Intel Sapphire Rapids VM (AMX)', date='2026-12-02 and 2026-12-06',
-         commits='6c17c3f, 085832b, 4e38734',
+         commits='6c17c3f, 085832b, 4e38734, 03e123e',
          runs=[('offline', 'offline.csv'), ('side_by_side', 'side_by_side.csv'), ('prefill', 'prefill.csv'),
-               ('shaped_1.7b', 'side_by_side_1.7b_shape.csv'), ('shaped_360m', 'side_by_side_360m_shape.csv')]),
+               ('shaped_1.7b', 'side_by_side_1.7b_shape.csv'), ('shaped_360m', 'side_by_side_360m_shape.csv'),
+               ('moe', 'moe.csv')]),
     dict(folder='h200', title='NVIDIA H200', date='2026-12-04', commits='dea9936',
          note="nanoserve with `--cuda-graphs`, on SmolLM2-135M's shapes with random weights, from a copy of the"
               ' project at that commit with one line patched (see bench/results/latest/README.md)',
@@ -198,6 +200,10 @@ def prefill_rows(rows: list[dict]) -> list[str]:
                        lower_is_better=True))
     return out
 
+def moe_rows(rows: list[dict]) -> list[str]:
+    "The mixtures of experts' rows, as bench/results/latest's moe.csv gives them (each side's median of its rounds)."
+    return [row(r['measure'], r['dtype'], float(r['nanoserve']), r['peer'], float(r['peers'])) for r in rows]
+
 def ab_line(rows: list[dict], path: str) -> str:
     "nanoserve alone before and after a later change on this family: the ratio of the medians, per dtype and batch."
     keys = dict.fromkeys((r['dtype'], r['batch']) for r in rows)
@@ -231,6 +237,11 @@ def family_table(fam: dict, latest: Path) -> str:
             notes.append(f"The {SHAPES[kind]} rows: `{plan}` and 1 request/s on a random checkpoint of that shape with "
                          "the default model's tokenizer (bench/shaped_checkpoint.py; speed does not depend on the "
                          "weights' values).")
+        if kind == 'moe':
+            notes.append("The mixture-of-experts rows: random checkpoints of OLMoE-1B-7B's and Qwen3-30B-A3B's shapes "
+                         "(bench/moe_checkpoint.py), `python bench/moe.py decode|crowd` beside llama.cpp on the same "
+                         "weights (bench/peers/moe_gguf.py) and vLLM (bench/peers/vllm_crowd.py), rounds alternated "
+                         "(bench/results/moe/).")
         cited.append(f"`{rel}`")
         lines += {'offline': offline_rows, 'side_by_side': side_by_side_rows, 'llamacpp': llamacpp_rows,
                   'goodput': goodput_rows, 'openvino': openvino_rows, 'quant': quant_rows,
@@ -239,7 +250,7 @@ def family_table(fam: dict, latest: Path) -> str:
                                                                                 'llama.cpp prompt lookup'),)),
                   'speculative_draft': lambda rows: speculative_rows(rows, method='draft',
                                                                     label=f" (int4 self-draft, `{name}`)"),
-                  'memory': memory_rows, 'prefill': prefill_rows,
+                  'memory': memory_rows, 'prefill': prefill_rows, 'moe': moe_rows,
                   **{k: lambda rows, m=m: side_by_side_rows(rows, SHAPED_ROWS, m)
                      for k, m in SHAPES.items()}}[kind](rows)
     commits = fam['commits'].split(', ')
@@ -305,7 +316,11 @@ nanoserve's: above 1 nanoserve is ahead. Every machine's tables, with their comm
 These leads were won on a 135M model with short prompts: a long prompt's first token still comes a little later than
 vLLM's (the 4,000-token row), and on real-size models the lead shrinks: on the AMX machine a SmolLM2-1.7B-shaped
 crowd is about even with vLLM on output and behind it on ITL (the performance page; the prefill notebook,
-[Day 65](65_prefill_bench.ipynb), measures why)."""
+[Day 65](65_prefill_bench.ipynb), measures why). Mixtures of experts, the performance page's Sapphire Rapids rows
+([Day 72](06_grouped_experts.ipynb)): on OLMoE-1B-7B's shape in bfloat16 nanoserve leads vLLM's CPU build 1.71x in an
+offline crowd of 32 and llama.cpp 1.16x at batch 1 (76-83% of the bandwidth ceiling of its active weights); on
+Qwen3-30B-A3B's shape llama.cpp's Q4_0 leads nanoserve's int4 at batch 1 (0.92x: its int4 products multiply in
+bfloat16), and nanoserve's w4a8 leads it 1.22x."""
 
 def render(latest: Path = LATEST) -> str:
     "The README's section, markdown: a preface, the headline table and its plot."

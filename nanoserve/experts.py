@@ -12,7 +12,7 @@ from .layers import MLP
 
 # %% auto #0
 __all__ = ['HOST_GROUPED_SLOTS', 'MIXTRAL_EXPERT_NAMES', 'Router', 'expert_groups', 'run_experts', 'SparseMoE', 'moe_reference',
-           'checkpoint_name', 'mlp_blocks']
+           'checkpoint_name', 'mlp_blocks', 'router_choices']
 
 # %% ../nbs/04_experts.ipynb #9852ea48
 class Router(nn.Module):
@@ -120,3 +120,14 @@ def checkpoint_name(cfg: ModelConfig, name: str) -> str:
 def mlp_blocks(mlp: nn.Module) -> list[nn.Module]:
     "The MLPs a layer's feed-forward is made of: itself, or each expert of a sparse one (whose router is not one)."
     return list(mlp.experts) if isinstance(mlp, SparseMoE) else [mlp]
+
+# %% ../nbs/04_experts.ipynb #a1df73e2
+def router_choices(model: nn.Module, run) -> torch.Tensor:
+    "The experts each sparse layer's router chose while `run()` (a forward of `model`) ran: [sparse layers, tokens, k]."
+    picked, hooks = [], []
+    for m in model.modules():
+        if isinstance(m, Router): hooks.append(m.register_forward_hook(lambda mod, args, out: picked.append(out[1])))
+    try: run()
+    finally:
+        for h in hooks: h.remove()
+    return torch.stack(picked)
