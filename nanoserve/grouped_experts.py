@@ -6,6 +6,7 @@
 from __future__ import annotations
 import ctypes
 import torch
+from fastcore.basics import patch
 import torch.nn.functional as F
 from torch import nn
 from .experts import SparseMoE
@@ -69,7 +70,8 @@ def _many(self: GroupedExperts, weights: list[int], x: torch.Tensor, out: torch.
     if failed == 1: raise MemoryError("the grouped expert products could not allocate their scratch")
     if failed: raise ValueError(f"the grouped expert products refused {K} inputs: not a multiple of their blocks")
 
-def _call(self: GroupedExperts, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor | None:
+@patch
+def __call__(self: GroupedExperts, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor | None:
     if x.dtype != torch.bfloat16 or x.device.type != 'cpu': return None
     n, k = ids.shape
     groups: dict[int, list[int]] = {}
@@ -89,8 +91,6 @@ def _call(self: GroupedExperts, x: torch.Tensor, ids: torch.Tensor) -> torch.Ten
     back = torch.empty(len(order), dtype=torch.int64)
     back[torch.tensor(order)] = torch.arange(len(order))
     return rows[back]
-
-GroupedExperts.__call__ = _call
 
 def group_experts(model: nn.Module) -> int:
     "Put the grouped products into each sparse layer of `model` whose experts qualify; returns how many did."
