@@ -15,7 +15,7 @@ held: bfloat16, or int8/int4 codes with their scales), the final norm and the LM
 prompts together through `Engine.generate` and reports output tokens a second. `rss` loads the checkpoint (and plans
 its KV pool) in a child process under `/usr/bin/time -v` and reports its maximum resident set beside the model's
 weights and the pool. Each command appends its rows, with the machine, to bench/results/moe/<command>.csv."""
-import argparse, csv, json, os, re, statistics, subprocess, sys, time
+import argparse, csv, json, re, statistics, subprocess, sys, time
 from pathlib import Path
 import torch
 
@@ -27,7 +27,8 @@ def tensor_bytes(module: torch.nn.Module) -> int:
     each view counted once; a released weight's stride-0 stand-in and meta tensors count nothing."""
     seen, total = set(), 0
     for m in module.modules():
-        held = [*m._parameters.values(), *m._buffers.values(), *(v for v in vars(m).values() if isinstance(v, torch.Tensor))]
+        attrs = [v for v in vars(m).values() if isinstance(v, torch.Tensor)]
+        held = [*m._parameters.values(), *m._buffers.values(), *attrs]
         for t in held:
             if t is None or t.is_meta or (t.dim() > 0 and t.numel() > 1 and all(s == 0 for s in t.stride())): continue
             key = (t.data_ptr(), t.numel(), t.dtype)
@@ -150,7 +151,7 @@ def cmd_crowd(a):
 
 
 def cmd_load(a):
-    "(the child of `rss`) load as `nanoserve serve` and `generate` do (glibc told as they tell it) and print what it holds."
+    "(the child of `rss`) load as `nanoserve serve` does (glibc told as it tells it) and print what it holds."
     from nanoserve.weights import weight_bytes
     from nanoserve.engine import keep_freed_memory
     keep_freed_memory()

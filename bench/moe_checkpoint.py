@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Random checkpoints of real mixture-of-experts shapes, with the default model's tokenizer: for speed and memory, which do
-not depend on the weights' values.
+"""Random checkpoints of real mixture-of-experts shapes, with the default model's tokenizer: for speed and memory,
+which do not depend on the weights' values.
 
     python bench/moe_checkpoint.py olmoe-1b-7b /tmp/olmoe-shape
     python bench/moe_checkpoint.py qwen3-30b-a3b /tmp/qwen3-30b-shape --layers 12
@@ -50,8 +50,8 @@ def layer_shapes(cfg: dict, i: int) -> dict[str, tuple[int, ...]]:
 
 
 def write_shard(path: Path, shapes: dict[str, tuple[int, ...]], g: torch.Generator, zero_experts: bool) -> int:
-    """One safetensors file of bfloat16 tensors, written a tensor at a time; an expert's weight left as a hole (zeros) with
-    `zero_experts`. Returns its parameters."""
+    """One safetensors file of bfloat16 tensors, written a tensor at a time; an expert's weight left as a hole (zeros)
+    with `zero_experts`. Returns its parameters."""
     header, at = {}, 0
     for name, shape in shapes.items():
         n = 2 * torch.Size(shape).numel()

@@ -26,7 +26,8 @@ class Checkpoint:
     "A safetensors checkpoint's tensors by name, read as float32 arrays (bfloat16 widened exactly)."
     def __init__(self, path: Path):
         idx = path/'model.safetensors.index.json'
-        files = sorted(set(json.loads(idx.read_text())['weight_map'].values())) if idx.exists() else ['model.safetensors']
+        files = ['model.safetensors']
+        if idx.exists(): files = sorted(set(json.loads(idx.read_text())['weight_map'].values()))
         self.where = {}
         for f in files:
             with open(path/f, 'rb') as fh:
@@ -41,9 +42,11 @@ class Checkpoint:
         f, start, info = self.where[name]
         begin, end = info['data_offsets']
         raw = np.fromfile(f, dtype=np.uint8, count=end - begin, offset=start + begin)
-        if info['dtype'] == 'BF16': return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(info['shape'])
+        if info['dtype'] == 'BF16':
+            return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(info['shape'])
         if info['dtype'] in ('F32', 'F16'):
-            return raw.view(np.float32 if info['dtype'] == 'F32' else np.float16).astype(np.float32).reshape(info['shape'])
+            stored = np.float32 if info['dtype'] == 'F32' else np.float16
+            return raw.view(stored).astype(np.float32).reshape(info['shape'])
         raise SystemExit(f"{name}: dtype {info['dtype']} is not converted here")
 
 
@@ -83,7 +86,7 @@ def convert(src: Path, dst: Path, tokenizer_gguf: Path):
     if cfg.get('head_dim'):
         w.add_key_length(cfg['head_dim'])
         w.add_value_length(cfg['head_dim'])
-    w.add_rope_freq_base(cfg['rope_theta'])
+    w.add_rope_freq_base(cfg.get('rope_theta') or cfg['rope_parameters']['rope_theta'])    # transformers 4's, or 5's
     w.add_layer_norm_rms_eps(cfg['rms_norm_eps'])
     w.add_expert_count(cfg['num_experts'])
     w.add_expert_used_count(cfg['num_experts_per_tok'])

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""vLLM's CPU build generating for a crowd offline, the workload of `bench/moe.py crowd`; run with vLLM's own venv's python.
+"""vLLM's CPU build generating for a crowd offline, the workload of `bench/moe.py crowd`; run with vLLM's own venv's
+python.
 
     /work/peers/vllm/bin/python bench/peers/vllm_crowd.py MODEL_DIR --requests 32 --tokens 64 --rounds 2
 
