@@ -12,6 +12,7 @@ from .model import CausalLM
 from .kvcache import KVCache
 from .fast import FastLinear, FusedAttention, FusedMLP, PackedEmbedding, amx_kernel, AMX_MAX_ROWS
 from .integer import int8_kernel
+from .lora_batch import lora_kernel
 from .f32_linear import f32_kernel, f32_isa, F32_ENTRIES, F32_MAX_ROWS
 from .elementwise import FastRMSNorm, FastRotary, elementwise_kernel
 from .attention import AttentionMetadata, decode_kernel, decode_entry, decode_slots, DECODE_KERNEL_HEAD_SIZES
@@ -26,11 +27,12 @@ DECODE_CALL_FLAGS = ('-O3', '-march=native', '-fPIC', '-shared', '-std=c11')
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 class _Kernels(ctypes.Structure): _fields_ = [('es', _I)] + [(n, _P)
-        for n in ('linear', 'linear_void', 'norm', 'rope', 'silu_mul', 'attend', 'qlinear')]
+        for n in ('linear', 'linear_void', 'norm', 'rope', 'silu_mul', 'attend', 'qlinear', 'lora')]
 class _Layer(ctypes.Structure):
     _fields_ = [(n, _P) for n in ('input_norm', 'qkv', 'qkv_bias', 'o', 'o_bias', 'post_norm', 'gate_up',
                                   'gate_up_bias',
-                                  'down', 'down_bias', 'k_pool', 'v_pool', 'q_norm', 'k_norm')]
+                                  'down', 'down_bias', 'k_pool', 'v_pool', 'q_norm', 'k_norm', 'lora_qkv', 'lora_o',
+                                  'lora_gate_up', 'lora_down')]
 class _Model(ctypes.Structure):
     _fields_ = ([(n, _I) for n in ('layers', 'hidden', 'heads', 'kv_heads', 'head_dim', 'intermediate', 'vocab',
                                    'max_pos', 'num_slots')]
@@ -40,9 +42,9 @@ class _Model(ctypes.Structure):
 
 def _declare(lib):
     lib.decode_forward.restype = ctypes.c_int
-    lib.decode_forward.argtypes = [_P] * 6 + [_I, _P, _I, _P, ctypes.c_int]
+    lib.decode_forward.argtypes = [_P] * 6 + [_I, _P, _I, _P, ctypes.c_int, _P]
     lib.decode_rows.restype = ctypes.c_int
-    lib.decode_rows.argtypes = [_P, _P, _P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _P, ctypes.c_int, _P, _P]
+    lib.decode_rows.argtypes = [_P, _P, _P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _P, ctypes.c_int, _P, _P, _P]
 
 def decode_call_kernel():
     "The loop's library, built on first use (`c_library`); None where it cannot be built."
@@ -138,6 +140,8 @@ class DecodeCall:
         if (why := decode_call_refusal(model, cache)) is not None:
             raise ValueError(f"this model cannot take the decode call: {why}")
         self.model, self.cache, self.lib = model, cache, decode_call_kernel()
+        # the adapters' slots where the engine serves LoRA (their tables read by the kernel), else None
+        self.lora = getattr(model, 'lora', None) if lora_kernel() is not None else None
         cfg, fn = model.config, lambda lib, name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
         ew, bf = elementwise_kernel(), model.dtype == torch.bfloat16
         invariant = bool(model.fast.get('invariant'))     # the products' build whose rows take one path at every count
@@ -151,7 +155,9 @@ class DecodeCall:
                                  fn(ew, f'rms_norm_{kind}'), fn(ew, f'rope_{kind}'), fn(ew, f'silu_mul_{kind}'),
                                  ctypes.cast(decode_entry(model.dtype, cfg.num_attention_heads, cfg.num_key_value_heads,
                                                           cfg.head_dim), ctypes.c_void_p).value,
-                                 self._quant_product(invariant))
+                                 self._quant_product(invariant),
+                                 # LoRA adapters (`model.lora`, --enable-lora): each product's rows' deltas
+                                 fn(lora_kernel(), 'lora_add') if self.lora is not None else None)
         # a product's copy in its kernel's layout
         packed = lambda p: _ptr(getattr(p, _quant(p) or copy))
         self._layers = (_Layer * cfg.num_hidden_layers)()
@@ -163,7 +169,8 @@ class DecodeCall:
                                      packed(a.o_proj), _ptr(a.o_proj.bias), _ptr(l.post_attention_layernorm.weight),
                                      packed(m.gate_up_proj), _ptr(m.gate_up_proj.bias),
                                      packed(m.down_proj), _ptr(m.down_proj.bias), _ptr(cache.k[i]), _ptr(cache.v[i]),
-                                     *map(_ptr, norms))
+                                     *map(_ptr, norms), *self._lora_tables(a.qkv_proj, a.o_proj, m.gate_up_proj,
+                                                                           m.down_proj))
         self._pools = cache.k.data_ptr(), cache.v.data_ptr()
         self._model = _Model(cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                              cfg.head_dim, cfg.intermediate_size, cfg.vocab_size, model.rotary.cos.shape[0],
@@ -175,13 +182,17 @@ class DecodeCall:
         # laid out as `decode_rows` reads them (decode_call_refusal)
         slots = cache.slots
         # `run`'s tokens, rows, contexts and argmaxes, reused every step
-        self._lists = [(ctypes.c_int64 * self.max_rows)() for _ in range(4)]
+        self._lists = [(ctypes.c_int64 * self.max_rows)() for _ in range(5)]
         self.argmax, self.best = argmax, None
         # the logits' width and dtype, read once
         self._out = cfg.vocab_size, torch.float32          # float32 logits in either dtype
         table, rows, block, pad = embedding_table(model.model.embed_tokens)
         self._rows_args = (table.data_ptr(), rows, block, pad, *map(ctypes.addressof, self._lists[:3]))
         self._table = slots.data_ptr(), slots.shape[0], slots.shape[1]
+
+    def _lora_tables(self, *products) -> list[int | None]:
+        "The address of each product's LoRA table (`LoraSlots.table_address`), or None: no adapters."
+        return [None if self.lora is None else self.lora.table_address(p) for p in products]
 
     def _quant_product(self, invariant: bool) -> int | None:
         """The address of the quantized layers' product (`self.quant`'s entry in its kernel library: the integer one's
@@ -206,6 +217,7 @@ class DecodeCall:
                              "window")
         if rc == 5: raise IndexError(f"a token id is outside the embedding's {self._rows_args[1]} rows, a row outside "
                                      "the slot table's " f"{self._table[1]}, or a context outside 1..{self._table[2]}")
+        if rc == 2: raise IndexError("a row's LoRA adapter slot is outside the adapters' tables")
         if rc: raise MemoryError("the decode call could not allocate its scratch")
 
     def __call__(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor | None:
@@ -219,31 +231,39 @@ class DecodeCall:
         win = decode_slots(self.cache, meta)
         pos, slots, ctx = meta.positions.contiguous(), meta.slot_mapping.contiguous(), meta.decode_context.contiguous()
         logits = torch.empty(R, self.model.config.vocab_size, dtype=torch.float32, device=h.device)
+        # each row's adapter slot, as the runner set them for this step's layers (None: no adapter row)
+        rows = None if self.lora is None else self.lora.rows
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_forward(*self._args, h.data_ptr(), pos.data_ptr(), slots.data_ptr(), win.data_ptr(),
-                    win.numel() // R, ctx.data_ptr(), R, logits.data_ptr(), torch.get_num_threads())
+                    win.numel() // R, ctx.data_ptr(), R, logits.data_ptr(), torch.get_num_threads(),
+                    None if rows is None else rows.data_ptr())
         self._raise(rc)
         return logits
 
     def run(self, rows: list[int], tokens: list[int], context_lens: list[int],
-            argmax: bool = False) -> torch.Tensor | None:
+            argmax: bool = False, adapters: list[int] | None = None) -> torch.Tensor | None:
         """Float32 logits [R, vocab] of a step of R decodes given as the runner holds them: each row's
         cache row, the token it decodes, and its context with that token (positions, slots and windows are read from
         the cache's slot table in C); None where R is 0 or past `max_rows`. With `argmax` (and the kernel's address
-        given), `best` is then each row's argmax, -1 for a row holding a NaN (else None)."""
+        given), `best` is then each row's argmax, -1 for a row holding a NaN (else None). `adapters`: each row's LoRA
+        slot (-1: the base), where the model serves adapters."""
         R, self.best = len(rows), None
         if not 0 < R <= self.max_rows: return None
         if len(tokens) != R or len(context_lens) != R:
             raise ValueError(f"{R} rows, {len(tokens)} tokens and {len(context_lens)} contexts: give one of each per "
                              "row")
         self._check_pools()
-        tok, row, ctx, best = self._lists
+        tok, row, ctx, best, lora = self._lists
         tok[:R], row[:R], ctx[:R] = tokens, rows, context_lens
+        if adapters is not None and self.lora is None and max(adapters) >= 0:
+            raise ValueError("rows name LoRA adapters, and this model serves none (--enable-lora)")
+        with_lora = adapters is not None and max(adapters) >= 0
+        if with_lora: lora[:R] = adapters
         am = (self.argmax, ctypes.addressof(best)) if argmax and self.argmax else (None, None)
         logits = torch.empty(R, self._out[0], dtype=self._out[1], device=self.model.device)
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_rows(*self._args, *self._rows_args, R, *self._table, logits.data_ptr(),
-                                      torch.get_num_threads(), *am)
+                                      torch.get_num_threads(), *am, ctypes.addressof(lora) if with_lora else None)
         self._raise(rc)
         if am[0]: self.best = best[:R]
         return logits

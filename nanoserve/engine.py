@@ -31,12 +31,14 @@ from .grammar import GrammarCompiler
 from .speculative import SPECULATIVE_METHODS, Speculation
 from .draft import DraftProposer
 from .pull import resolve_model
+from .lora import DEFAULT_MAX_LORA_RANK
+from .lora_batch import LoraSlots, AdapterRegistry, LoraError, LoadedAdapter, ReadAdapter
 
 # %% auto #0
-__all__ = ['QUANTIZATIONS', 'PREFILL_BUDGET', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'EngineConfig',
-           'RequestOutput', 'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts', 'model_dir',
-           'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'make_proposer', 'Engine',
-           'unseeded_seed', 'stop_prefix_len', 'EngineSnapshot']
+__all__ = ['QUANTIZATIONS', 'PREFILL_BUDGET', 'THRESHOLD', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MALLOC', 'lora_refusal',
+           'EngineConfig', 'RequestOutput', 'malloc_env', 'keep_freed_memory', 'freed_memory_returned', 'load_parts',
+           'model_dir', 'int4_checkpoint_group', 'with_checkpoint_quantization', 'make_cache', 'make_proposer',
+           'Engine', 'unseeded_seed', 'stop_prefix_len', 'EngineSnapshot']
 
 # %% ../nbs/20_engine.ipynb #5151511f
 def _flag(default, help: str, hidden: bool = False):
@@ -48,6 +50,18 @@ def _flag(default, help: str, hidden: bool = False):
 QUANTIZATIONS = ('none', 'int8', 'int4', 'w8a8', 'w4a8')
 # the whole step's token budget by device, unless --max-num-batched-tokens says otherwise
 PREFILL_BUDGET = {'cpu': 1024, 'cuda': 4096}
+
+def lora_refusal(config) -> str | None:
+    "Why `config`'s other settings cannot serve LoRA adapters (what --enable-lora is refused with), or None."
+    if config.capture_decode:
+        return ("--cuda-graphs: the capture records no adapter deltas yet; drop --cuda-graphs (the decode call, the "
+                "default on the CPU, takes adapters)")
+    if config.compile: return "--compile: the adapters' kernel is not traced yet; drop --compile"
+    if config.runner == 'pooling': return "--runner pooling: adapters serve text generation; drop one of the two"
+    if config.tensor_parallel_size > 1:
+        return ("--tensor-parallel-size: the adapters' A and B are not sharded across ranks yet; serve adapters on "
+                "one process")
+    return None
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -159,6 +173,12 @@ class EngineConfig:
                                            "checkpoint as it is")
     runner: str = _flag('generate', "generate (text) or pooling (embeddings: each request's prompt run once, its "
                         "hidden states pooled as the model's sentence-transformers files say, its KV freed at once)")
+    enable_lora: bool = _flag(False, "serve LoRA adapters (PEFT's files) beside the model: a request names one by its "
+                              "`model`; serve's --lora-modules loads them at boot, POST /v1/load_lora_adapter and "
+                              "/v1/unload_lora_adapter while it runs; rows of several adapters and of the base share "
+                              "every step")
+    max_loras: int = _flag(4, 'LoRA adapters resident at once (--enable-lora): every one may share a step')
+    max_lora_rank: int = _flag(DEFAULT_MAX_LORA_RANK, "the largest LoRA rank r an adapter may have (--enable-lora)")
 
     def __post_init__(self):
         if self.dtype != 'auto': parse_dtype(self.dtype)
@@ -198,6 +218,12 @@ class EngineConfig:
                               "(capture_decode with bucket_decode and persist_inputs), or drop them")
         if self.runner not in ('generate', 'pooling'):
             raise ConfigError(f"runner (--runner) must be generate or pooling, got {self.runner!r}")
+        for name in ('max_loras', 'max_lora_rank'):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"{name} (--{name.replace('_', '-')}) must be a positive integer, got "
+                                  f"{getattr(self, name)!r}")
+        if self.enable_lora and (why := lora_refusal(self)):
+            raise ConfigError(f"--enable-lora with {why}")
         if self.runner == 'pooling' and self.tensor_parallel_size > 1:
             raise ConfigError("--runner pooling runs on one process: drop --tensor-parallel-size")
         if self.runner == 'pooling' and (self.speculative != 'none' or self.capture_flags):
@@ -512,6 +538,9 @@ class Engine:
         # tokens run through the model, prompt and output (a prefix-cache hit is not computed)
         self.num_computed_tokens = 0
         self._grammars, self._grammars_lock = None, threading.Lock()
+        # the LoRA adapters served by name (--enable-lora), or None
+        lora = getattr(model, 'lora', None)
+        self.lora = None if lora is None else AdapterRegistry(lora)
 
     @property
     def grammars(self) -> GrammarCompiler:
@@ -537,7 +566,10 @@ class Engine:
     def assemble(cls, model: CausalLM, tokenizer: Tokenizer, cache: KVCache, config: EngineConfig, stop_ids: set[int],
                  decode_path=None, batch=None, proposer: DraftProposer | None = None) -> Engine:
         """An engine over a loaded model and an allocated cache; the scheduler and the runner are made here
-        (`proposer`: the draft model's, for --speculative draft)."""
+        (`proposer`: the draft model's, for --speculative draft). With --enable-lora the model's products get the
+        adapters' slots (`LoraSlots`) before the runner is made, so the decode call reads their tables too."""
+        if (old := getattr(model, 'lora', None)) is not None: old.close()     # a model reused by a new engine
+        model.lora = LoraSlots(model, config.max_loras, config.max_lora_rank) if config.enable_lora else None
         return cls(model, tokenizer, cache,
                    Scheduler(cache, config.max_batch_size, config.max_num_batched_tokens, stop_ids,
                              max_mixed_batched_tokens=config.max_mixed_batched_tokens,
@@ -596,21 +628,54 @@ def unseeded_seed(seed: int | None, n: int) -> int | None:
     return int.from_bytes(hashlib.sha256(f'{seed}:{n}'.encode()).digest()[:8], 'little') >> 1
 
 @patch
-def add_checked(self: Engine, ids, params, request_id=None) -> str:
-    "Queue a request `check` accepted; return its id."
+def add_checked(self: Engine, ids, params, request_id=None, lora: str | None = None) -> str:
+    "Queue a request `check` accepted, under the LoRA adapter named `lora` (None: the base model); return its id."
     rid = request_id if request_id is not None else f"req-{next(self._ids)}"
     if rid in self.scheduler.requests: raise RequestError(f"request id {rid!r} is already in use")
+    adapter = None if lora is None else self.adapter(lora)
     matcher = None if params.structured is None else self.grammars.matcher(params.structured)
     seed = params.seed if params.seed is not None else unseeded_seed(self.config.seed, next(self._unseeded))
-    self.scheduler.add(Request(rid, ids, params, make_generator(seed), matcher=matcher))
+    self.scheduler.add(Request(rid, ids, params, make_generator(seed), matcher=matcher, adapter=adapter))
     self.detok[rid], self.texts[rid] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), ''
     return rid
 
 @patch
-def add_request(self: Engine, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-    "Check and queue one request; return its id."
+def add_request(self: Engine, prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                lora: str | None = None) -> str:
+    "Check and queue one request (under the LoRA adapter named `lora`, None: the base model); return its id."
     ids, params = self.check(prompt, params)
-    return self.add_checked(ids, params, request_id)
+    return self.add_checked(ids, params, request_id, lora)
+
+@patch
+def adapter(self: Engine, name: str) -> LoadedAdapter:
+    "The LoRA adapter loaded as `name`, or a `LoraError` (404 to a server) saying what is loaded."
+    if self.lora is None:
+        raise LoraError(f"adapter {name!r}: this engine serves no LoRA adapters (start it with --enable-lora)", 404)
+    return self.lora.get(name)
+
+@patch
+def load_adapter(self: Engine, name: str, path: str | Path | None = None, read: ReadAdapter | None = None,
+                 parent: str | None = None) -> LoadedAdapter:
+    """Serve the PEFT adapter in `path` as `name` (or `read`, an adapter `AdapterRegistry.read` already read, off this
+    thread): between steps, on the engine's thread; refused (`LoraError`) before anything changes."""
+    if self.lora is None: raise LoraError("this engine serves no LoRA adapters: start it with --enable-lora")
+    return self.lora.install(read if read is not None else self.lora.read(name, path, parent))
+
+@patch
+def adapter_requests(self: Engine, name: str) -> list[str]:
+    "The unfinished requests (waiting or running) under the adapter named `name`."
+    return [rid for rid, r in list(self.scheduler.requests.items()) if r.adapter is not None and r.adapter.name == name]
+
+@patch
+def unload_adapter(self: Engine, name: str) -> LoadedAdapter:
+    """Stop serving the adapter `name` and free its slot; refused (409) while requests still run or wait under it: they
+    go on to their end under it, untouched, and the unload can be asked again then."""
+    a = self.adapter(name)
+    if users := self.adapter_requests(name):
+        raise LoraError(f"adapter {name!r} is serving {len(users)} unfinished request(s) ({', '.join(users[:3])}"
+                        f"{', ...' if len(users) > 3 else ''}): they run to their end under it; unload it after they "
+                        "finish (or abort them)", 409)
+    return self.lora.remove(a.name)
 
 # %% ../nbs/20_engine.ipynb #f80db204
 def stop_prefix_len(text: str, stops) -> int:
@@ -734,6 +799,8 @@ class EngineSnapshot:
     spec_draft_tokens: int = 0         # speculative decoding: tokens proposed,
     spec_accepted_tokens: int = 0      # accepted,
     spec_accepted_by_position: tuple = ()   # and accepted at each position of a step's proposals
+    lora_running: tuple = ()                # the LoRA adapters of the running requests, by name
+    lora_waiting: tuple = ()                # and of the waiting ones
 
 @patch
 def snapshot(self: Engine) -> EngineSnapshot:
@@ -745,7 +812,13 @@ def snapshot(self: Engine) -> EngineSnapshot:
                           px.hits if px is not None else 0, self.num_computed_tokens, s.num_paused_steps,
                           dict(self.steps_by_batch),        # a copy: the engine goes on counting
                           self.num_device_checks, s.num_draft_tokens, s.num_accepted_tokens,
-                          tuple(s.accepted_by_position))
+                          tuple(s.accepted_by_position), *_adapter_names(self))
+
+def _adapter_names(self: Engine) -> tuple[tuple, tuple]:
+    "The adapters of the running requests and of the waiting ones, by name (lists copied first: read from any thread)."
+    if self.lora is None: return (), ()
+    names = lambda reqs: tuple(sorted({r.adapter.name for r in reqs if r.adapter is not None}))
+    return names(list(self.scheduler.running)), names(list(self.scheduler.waiting))
 
 @patch
 def abort_all(self: Engine) -> int:
@@ -757,13 +830,17 @@ def abort_all(self: Engine) -> int:
 # %% ../nbs/20_engine.ipynb #d5bdae01
 @patch
 def generate(self: Engine, prompts: list, params: SamplingParams | list[SamplingParams] | None = None,
-              use_tqdm: bool = True) -> list[RequestOutput]:
-    "Run every prompt to completion; results in input order."
+              use_tqdm: bool = True, lora: str | list[str | None] | None = None) -> list[RequestOutput]:
+    """Run every prompt to completion; results in input order. `lora`: the LoRA adapter every prompt runs under, or one
+    name (None: the base) a prompt."""
     if isinstance(prompts, str) or (prompts and isinstance(prompts[0], dict)): prompts = [prompts]
     plist = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
     if len(plist) != len(prompts): raise RequestError(f"{len(plist)} sampling params for {len(prompts)} prompts")
+    loras = lora if isinstance(lora, (list, tuple)) else [lora] * len(prompts)
+    if len(loras) != len(prompts): raise RequestError(f"{len(loras)} adapters for {len(prompts)} prompts")
     checked = [self.check(p, sp) for p, sp in zip(prompts, plist)]       # all or nothing
-    rids = [self.add_checked(ids, sp) for ids, sp in checked]
+    for name in set(loras) - {None}: self.adapter(name)
+    rids = [self.add_checked(ids, sp, lora=a) for (ids, sp), a in zip(checked, loras)]
     done: dict[str, RequestOutput] = {}
     from tqdm.auto import tqdm
     bar = tqdm(total=len(rids), desc='generate', unit='req', disable=not use_tqdm or len(rids) < 2)

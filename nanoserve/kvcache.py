@@ -13,8 +13,8 @@ from .config import ModelConfig
 from .prefix import PrefixIndex, PrefixHit, block_hashes
 
 # %% auto #0
-__all__ = ['CONTEXT_BOUNDS', 'KVCacheError', 'KVPoolPlan', 'kv_bytes_per_token', 'plan_kv_pool', 'BlockPool', 'KVCache',
-           'check_invariants']
+__all__ = ['CONTEXT_BOUNDS', 'KVCacheError', 'KVPoolPlan', 'kv_bytes_per_token', 'plan_kv_pool', 'BlockPool', 'chain_root',
+           'KVCache', 'check_invariants']
 
 # %% ../nbs/10_kvcache.ipynb #d67210de
 class KVCacheError(NanoserveError, RuntimeError):
@@ -123,6 +123,11 @@ class BlockPool:
                 if self.prefix is not None and b not in self.prefix: self.free_blocks.move_to_end(b, last=False)
 
 # %% ../nbs/10_kvcache.ipynb #ad286512
+def chain_root(req) -> bytes | None:
+    """The parent of a request's first prefix block: its LoRA adapter's key (each load of an adapter has its own), so
+    a block computed under one adapter is never found under another or under the base; None for the base model."""
+    return None if getattr(req, 'adapter', None) is None else req.adapter.key
+
 class KVCache:
     "KV storage, the block pool, per-request block tables and rows, and the slot table."
     def __init__(self, cfg: ModelConfig, plan: KVPoolPlan, max_batch_size: int, max_model_len: int,
@@ -174,7 +179,7 @@ class KVCache:
         """The named blocks holding the longest prefix of a request that holds no blocks yet; never its last token
         (whose logits are needed)."""
         if self.prefix is None or self.block_tables.get(req.request_id): return None
-        return self.prefix.lookup(req.token_ids(0, req.num_tokens), limit=req.num_tokens - 1)
+        return self.prefix.lookup(req.token_ids(0, req.num_tokens), limit=req.num_tokens - 1, root=chain_root(req))
 
     def allocate(self, req, num_new: int, hit: PrefixHit | None = None, count: bool = True) -> int:
         """Give `req` a row and the blocks and slots for its next `num_new` tokens (after `hit`'s shared blocks, when
@@ -218,9 +223,10 @@ class KVCache:
         first, end = len(names), min(req.num_computed_tokens // bs, len(table))
         if end <= first: return
         tokens = req.token_ids(first * bs, end * bs)
-        # the prefix index's chain, continued from its last name
-        for i, h in enumerate(block_hashes(tokens, bs, names[-1] if names else None), first):
-            self.prefix.register(table[i], h, names[-1] if names else None,
+        # the prefix index's chain, continued from its last name (from its adapter's root, or none, at the start)
+        parent = names[-1] if names else chain_root(req)
+        for i, h in enumerate(block_hashes(tokens, bs, parent), first):
+            self.prefix.register(table[i], h, names[-1] if names else parent,
                                  tokens[(i - first) * bs:(i - first + 1) * bs])
             names.append(h)
 

@@ -53,9 +53,11 @@ class PrefixIndex:
         self.blocks: dict[int, IndexedBlock] = {}      # block id -> what it holds
         self.queries = self.hits = self.evictions = 0
 
-    def lookup(self, token_ids: list[int], limit: int | None = None) -> PrefixHit:
-        "The indexed blocks holding the longest prefix of `token_ids`, at most `limit` tokens of it (whole blocks)."
-        bs, blocks, hashes, parent = self.block_size, [], [], None
+    def lookup(self, token_ids: list[int], limit: int | None = None, root: bytes | None = None) -> PrefixHit:
+        """The indexed blocks holding the longest prefix of `token_ids`, at most `limit` tokens of it (whole blocks);
+        `root`: the parent of the first block (a LoRA adapter's key: its blocks are never another's); None: the
+        base model's."""
+        bs, blocks, hashes, parent = self.block_size, [], [], root
         n = len(token_ids) if limit is None else min(limit, len(token_ids))
         for i in range(n // bs):
             tokens = tuple(token_ids[i * bs:(i + 1) * bs])

@@ -45,6 +45,9 @@ class Request:
     logprobs: list = field(default_factory=list)  # per output token: {token_id: logprob}, when asked
     matcher: Any = None                      # its structured-output state (a grammar Matcher), when asked
     num_cached_tokens: int | None = None     # prompt tokens found in the prefix index at its first admission
+    # the LoRA adapter it runs under (nanoserve.lora_batch's LoadedAdapter: its name, slot and prefix-cache root), or
+    # None: the base model
+    adapter: Any = None
 
     @property
     def num_prompt_tokens(self) -> int: return len(self.prompt_token_ids)

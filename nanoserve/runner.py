@@ -65,6 +65,8 @@ class ModelRunner:
         self.grammars = None      # the engine's GrammarCompiler, once a request asked for structured output
         # the batch sampler where the logits are on a card (one pass, one read-back); elsewhere the host's
         self.sample_on_device = model.device.type == 'cuda'
+        # the LoRA adapters' slots where the engine serves adapters (--enable-lora): each step gives them its rows'
+        self.lora = getattr(model, 'lora', None)
 
     @property
     def invariance(self) -> dict:
@@ -92,9 +94,10 @@ class ModelRunner:
     def prepare_inputs(self, out: SchedulerOutput):
         """input_ids [T], positions [T], attention metadata, the flat indices of sampled rows and the requests they
         sample for."""
-        ids, chunks, sample_idx, samplers, start = [], [], [], [], 0
+        ids, chunks, sample_idx, samplers, start, adapters = [], [], [], [], 0, []
         for s in out.scheduled:
             ids += s.token_ids
+            adapters += [s.adapter] * s.num_tokens
             chunks.append(SeqChunk(s.row, start, s.num_tokens, s.context_len))
             start += s.num_tokens
             if s.samples:
@@ -107,6 +110,8 @@ class ModelRunner:
             pad = _pad_to(len(ids), INVARIANT_PAD) - len(ids)
             input_ids = torch.cat([input_ids, torch.zeros(pad, dtype=torch.int64, device=HOST)])
             positions = torch.cat([positions, torch.zeros(pad, dtype=torch.int64, device=positions.device)])
+        # each token's adapter slot (padding: none), for the products' hooks and the decode call
+        if self.lora is not None: self.lora.set_rows(adapters, pad_to=input_ids.shape[0])
         return input_ids.to(self.model.device, non_blocking=True), positions, meta, sample_idx, samplers
 
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
@@ -119,6 +124,11 @@ class ModelRunner:
         the requests they sample for, and the rows' argmaxes where the decode call computed them; None when no row
         samples."""
         if out.is_empty: return None
+        try: return self._step_logits(out)
+        finally:
+            if self.lora is not None: self.lora.set_rows(None)        # no later forward sees this step's adapters
+
+    def _step_logits(self, out: SchedulerOutput):
         sc = out.scheduled
         has_fast_path = self.decode_path is not None or self.decode_call is not None
         # decodes only, some with proposals: the call takes each proposal as one more row of the same cache row, at
@@ -133,7 +143,9 @@ class ModelRunner:
                 return self.decode_path.run(rows, tokens, ctx, greedy), sc, getattr(self.decode_path, 'best', None)
             # the decode call, given lists rather than tensors, outside inference mode
             # (a C call has no autograd to turn off)
-            if self.decode_call is not None and (logits := self.decode_call.run(rows, tokens, ctx, greedy)) is not None:
+            adapters = [s.adapter for s in sc for _ in s.token_ids] if self.lora is not None else None
+            if (self.decode_call is not None
+                    and (logits := self.decode_call.run(rows, tokens, ctx, greedy, adapters)) is not None):
                 return logits, sc, self.decode_call.best
         with torch.inference_mode():
             input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)

@@ -42,6 +42,7 @@ class ScheduledRequest:
     # the proposer's distribution [vocab] each proposal was drawn from (a draft model's, for a sampled request), or
     # None: the runner then checks each position by drawing it as a plain decode would
     draft_probs: tuple | None = None
+    adapter: int = -1                # its LoRA adapter's slot, -1: the base model
     @classmethod
     def of(cls, req: Request, num_tokens: int, row: int, drafts: tuple[int, ...] = (),
            probs: tuple | None = None) -> ScheduledRequest:
@@ -51,7 +52,7 @@ class ScheduledRequest:
         closes = c + num_tokens == req.num_tokens
         return cls(req.request_id, row, req.token_ids(c, c + num_tokens) + list(drafts), c,
                    SamplingState(req.params, req.generator, req.prompt_token_ids, req.output_token_ids, req.matcher)
-                   if closes else None, tuple(drafts), probs)
+                   if closes else None, tuple(drafts), probs, -1 if req.adapter is None else req.adapter.slot)
     @property
     def num_tokens(self) -> int: return len(self.token_ids)
     @property

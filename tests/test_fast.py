@@ -261,8 +261,8 @@ def counting(runner):
     "Count the steps `runner` gives to its Day 13 decode call that the call takes (it answers None for the others): the runner calls `run`."
     call, taken = runner.decode_call, []
     run = call.run
-    def spy(rows, tokens, context_lens, argmax=False):
-        out = run(rows, tokens, context_lens, argmax)
+    def spy(rows, tokens, context_lens, argmax=False, adapters=None):
+        out = run(rows, tokens, context_lens, argmax, adapters)
         if out is not None: taken.append(len(rows))
         return out
     call.run = spy

@@ -1,7 +1,8 @@
 /* decode_call.c: a decode step's whole forward in one C call, through the other kernels' entry points.
 
    Computes  every decoder layer in order (RMSNorm, the q/k/v product, Qwen3's q/k norms where the layer has them,
-             the rotary embedding, K/V into the pool,
+             the rotary embedding, K/V into the pool, each product followed by its rows' LoRA deltas where adapters
+             are loaded (lora.c's kernel, its address handed in),
              decode attention, the output product and residual, RMSNorm, gate/up, SiLU-times-up, down, residual),
              then the final norm and the LM head into float32 logits, in bfloat16 or float32 (a bfloat16 head
              writes its float32 sums unrounded).
@@ -35,6 +36,10 @@ typedef int (*attend_fn)(const void *q, const void *k, const void *v, const int6
                          const void *new_k, const void *new_v, void *out, int64_t R, int64_t H, int64_t KVH, int64_t D,
                          float scale, int nthreads);
 
+/* lora.c's lora_add: each row's LoRA delta onto a product's output, over the product's adapter table p */
+typedef int (*lora_fn)(const void *p, const void *x, void *y, int64_t R, const int64_t *slot, int64_t es,
+                       int nthreads);
+
 typedef struct {
     int64_t es;                      /* bytes per element: 2 bfloat16, 4 float32 */
     /* the bfloat16 kernel's product (either build), which says 1 when out of memory ... */
@@ -44,6 +49,7 @@ typedef struct {
     /* the int8 product over the decoder layers' int8 weights (bfloat16 only), or null: the layers' products are then
        `linear`'s, as the LM head's always are */
     linear_fn qlinear;
+    lora_fn lora;                    /* the LoRA delta kernel, or null: no adapters */
 } kernels;
 /* one decoder layer: its norms' weights, its packed products and their biases (or null), its K/V pools; q_norm and
    k_norm: Qwen3's norms over each q head and each k head ([head_dim] weights), or null for a layer without them */
@@ -51,6 +57,8 @@ typedef struct {
     const void *input_norm, *qkv, *qkv_bias, *o, *o_bias, *post_norm, *gate_up, *gate_up_bias, *down, *down_bias;
     void *k_pool, *v_pool;
     const void *q_norm, *k_norm;
+    /* each product's LoRA adapter table (lora.c's lora_product), or null: no adapter changes it */
+    const void *lora_qkv, *lora_o, *lora_gate_up, *lora_down;
 } layer;
 typedef struct {
     int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, max_pos, num_slots;
@@ -88,6 +96,11 @@ static int layer_product(const kernels *kn, const void *x, const void *w, const 
     if (kn->qlinear) return kn->qlinear(x, w, bias, out, M, N, K, nthreads, f32);
     return product(kn, x, w, bias, out, M, N, K, nthreads, f32);
 }
+/* a product's LoRA deltas, where the product has an adapter table and the step names each row's adapter slot */
+static int lora_(const kernels *kn, const void *p, const void *x, void *y, int64_t R, const int64_t *adapter,
+                 int nthreads) {
+    return p && adapter && kn->lora ? kn->lora(p, x, y, R, adapter, kn->es, nthreads) : 0;
+}
 static int out_of_bounds(const model *m, const int64_t *slot, const int64_t *win, int64_t W, const int64_t *ctx,
                          int64_t R) {
     for (int64_t r = 0; r < R; r++) {
@@ -99,10 +112,12 @@ static int out_of_bounds(const model *m, const int64_t *slot, const int64_t *win
 
 /* h [R, hidden]: the rows' embeddings, overwritten by the residual stream, in the kernels' dtype; logits [R, vocab]
    out, float32.  Row r is at position pos[r], its K/V go to pool slot slot[r], and it attends to the first ctx[r]
-   slots of its window win[r * W ...]. Returns 0; 1 out of memory; 3 a position outside the rotary table, 4 a slot
-   outside the pool or a context outside the window (both before anything is written). */
+   slots of its window win[r * W ...]; adapter[r] is its LoRA adapter's slot (-1: the base; adapter null: no row has
+   one). Returns 0; 1 out of memory; 2 an adapter slot outside the tables; 3 a position outside the rotary table, 4 a
+   slot outside the pool or a context outside the window (both before anything is written). */
 int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *pos, const int64_t *slot,
-                   const int64_t *win, int64_t W, const int64_t *ctx, int64_t R, void *logits, int nthreads) {
+                   const int64_t *win, int64_t W, const int64_t *ctx, int64_t R, void *logits, int nthreads,
+                   const int64_t *adapter) {
     if (out_of_bounds(m, slot, win, W, ctx, R)) return 4;
     int64_t es = kn->es, E = m->hidden, D = m->head_dim, QS = m->heads * D, KVS = m->kv_heads * D, QKV = QS + 2 * KVS,
             I = m->intermediate;
@@ -116,6 +131,7 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
         const layer *L = m->layer + l;
         kn->norm(h, E, L->input_norm, xn, R, E, m->eps);
         if ((rc = layer_product(kn, xn, L->qkv, L->qkv_bias, qkv, R, QKV, E, nthreads, 0))) break;
+        if ((rc = lora_(kn, L->lora_qkv, xn, qkv, R, adapter, nthreads))) break;
         /* Qwen3: each q head and each k head normalised in place, a row of D each (the norm reads a row whole
            before it writes it, and writes it where it read it) */
         for (int64_t r = 0; L->q_norm && r < R; r++) {
@@ -134,11 +150,14 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
                         nthreads);
         if (rc) break;
         if ((rc = layer_product(kn, att, L->o, L->o_bias, y, R, E, QS, nthreads, 0))) break;
+        if ((rc = lora_(kn, L->lora_o, att, y, R, adapter, nthreads))) break;
         add_(kn, h, y, R * E);
         kn->norm(h, E, L->post_norm, xn, R, E, m->eps);
         if ((rc = layer_product(kn, xn, L->gate_up, L->gate_up_bias, gu, R, 2 * I, E, nthreads, 0))) break;
+        if ((rc = lora_(kn, L->lora_gate_up, xn, gu, R, adapter, nthreads))) break;
         kn->silu_mul(gu, a, R, I);
         if ((rc = layer_product(kn, a, L->down, L->down_bias, y, R, E, I, nthreads, 0))) break;
+        if ((rc = lora_(kn, L->lora_down, a, y, R, adapter, nthreads))) break;
         add_(kn, h, y, R * E);
     }
     if (!rc) {
@@ -157,7 +176,7 @@ int decode_forward(const kernels *kn, const model *m, void *h, const int64_t *po
    nothing reads); its embedding is row tok[r] of `embed` [embed_rows, hidden] (block 0), or of a tied LM head's packed
    copy (embed_row).  So Python hands over three lists of
    integers and no tensors of its own.  With `argmax` (the sampler's float32 kernel, its address handed in: the logits
-   are float32 in either dtype) each row's argmax goes to best[r] too.  Returns decode_forward's codes, and 5 for a
+   are float32 in either dtype) each row's argmax goes to best[r] too; adapter: each row's LoRA slot, or null.  Returns decode_forward's codes, and 5 for a
    token, row or context outside its table (before anything is written). */
 /* Row n of a [N, E] matrix into h (E elements of es bytes): from plain rows (block 0), or from the product kernels'
    packed layout: blocks of `block` rows (the last narrower: the rows rounded up to `pad`, less the whole blocks'),
@@ -177,7 +196,7 @@ static void embed_row(char *h, const char *t, int64_t n, int64_t N, int64_t E, i
 int decode_rows(const kernels *kn, const model *m, const void *embed, int64_t embed_rows, int64_t embed_block,
                 int64_t embed_pad, const int64_t *tok, const int64_t *rows, const int64_t *ctx, int64_t R,
                 const int32_t *table, int64_t table_rows, int64_t ld, void *logits, int nthreads, argmax_fn argmax,
-                int64_t *best) {
+                int64_t *best, const int64_t *adapter) {
     int64_t es = kn->es, E = m->hidden, W = 0;
     for (int64_t r = 0; r < R; r++) {
         if (tok[r] < 0 || tok[r] >= embed_rows || rows[r] < 0 || rows[r] >= table_rows || ctx[r] < 1 || ctx[r] > ld)
@@ -197,7 +216,7 @@ int decode_rows(const kernels *kn, const model *m, const void *embed, int64_t em
         for (int64_t t = 0; t < W; t++) win[r * W + t] = t < ctx[r] ? row[t] : 0;
         embed_row(h + es * r * E, (const char *)embed, tok[r], embed_rows, E, es, embed_block, embed_pad);
     }
-    int rc = decode_forward(kn, m, h, pos, slot, win, W, ctx, R, logits, nthreads);
+    int rc = decode_forward(kn, m, h, pos, slot, win, W, ctx, R, logits, nthreads, adapter);
     free(buf);
     if (!rc && argmax) argmax(logits, R, m->vocab, best);
     return rc;
