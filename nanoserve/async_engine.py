@@ -11,6 +11,7 @@ from dataclasses import dataclass, asdict, field
 from typing import AsyncIterator, Callable, Mapping
 from .core import NanoserveError, RequestError, peak_rss_bytes
 from .engine import Engine, RequestOutput
+from .lora_batch import LoraError
 from .sampling import SamplingParams
 
 # %% auto #0
@@ -57,6 +58,7 @@ class EngineRequest:
     tool_mode: str | None = None              # a chat choice that may call tools: 'auto', 'required' or a function
     tools: Mapping[str, dict] | None = None   # {function name: argument schema} the choice's text is parsed against
     echo: str = ''                            # text the answer puts before the output (a completion's `echo`)
+    lora: str | None = None                   # the LoRA adapter it runs under, by name (None: the base model)
 
 # %% ../nbs/30_async.ipynb #bdf0e7ba
 class AsyncEngine:
@@ -69,7 +71,8 @@ class AsyncEngine:
             raise NanoserveError("this engine is already stepped by another AsyncEngine loop: "
                                  "shut that one down first (one engine, one loop)")
         self.engine = engine
-        self._inbox: deque = deque()                      # ('add', rid, EngineRequest) | ('abort', rid) | ('stop',)
+        # ('add', rid, EngineRequest) | ('abort', rid) | ('call', fn, loop, future) | ('stop',)
+        self._inbox: deque = deque()
         self._cv = threading.Condition()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._ids = itertools.count()
@@ -132,10 +135,17 @@ class AsyncEngine:
     def _apply(self, cmd):
         if cmd[0] == 'add':
             _, rid, req = cmd
-            try: self.engine.add_checked(list(req.prompt_ids), req.params, rid)
+            try: self.engine.add_checked(list(req.prompt_ids), req.params, rid, req.lora)
             except NanoserveError as e:                    # that request's problem, not the engine's
                 self._deliver(rid, e)
                 self._streams.pop(rid, None)
+        elif cmd[0] == 'call':                             # a change to the engine made between steps
+            _, fn, loop, fut = cmd
+            try: result, error = fn(self.engine), None
+            except NanoserveError as e: result, error = None, e
+            settle = lambda: fut.done() or (fut.set_exception(error) if error else fut.set_result(result))
+            try: loop.call_soon_threadsafe(settle)
+            except RuntimeError: pass                      # that event loop is closed: nobody is waiting
         elif cmd[0] == 'abort':
             if self.engine.abort(cmd[1]):
                 self._counts['num_aborted'] += 1
@@ -245,6 +255,42 @@ async def generate(self: AsyncEngine, prompt, params: SamplingParams | None = No
 def abort(self: AsyncEngine, request_id: str):
     "Abort a request; its blocks return to the pool on the engine thread's next pass."
     _send(self, ('abort', request_id))
+
+@patch
+async def on_engine(self: AsyncEngine, fn: Callable[[Engine], object]):
+    """`fn(engine)` run on the engine's thread between two steps, its result (or its `NanoserveError`) returned here:
+    how a server changes what the engine serves (an adapter loaded or unloaded) without stopping it."""
+    if not self.running:
+        raise EngineDeadError(f"the engine is not running{f': {self.failure}' if self.failure else ''}")
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    _send(self, ('call', fn, loop, fut))
+    return await fut
+
+@patch
+async def load_adapter(self: AsyncEngine, name: str, path: str):
+    """Serve the PEFT adapter in `path` as `name`: its files read and checked on a worker thread, then put into a free
+    slot on the engine's thread between two steps (running requests wait that one step at most)."""
+    if self.engine.lora is None:
+        raise LoraError("this server serves no LoRA adapters: start it with --enable-lora")
+    read = await asyncio.to_thread(self.engine.lora.read, name, path)
+    return await self.on_engine(lambda e: e.load_adapter(name, read=read))
+
+@patch
+async def unload_adapter(self: AsyncEngine, name: str):
+    "Stop serving the adapter `name` (refused while requests run or wait under it)."
+    return await self.on_engine(lambda e: e.unload_adapter(name))
+
+@patch
+def wait_queued(self: AsyncEngine, kind: str, timeout: float) -> bool:
+    """Block until a command of `kind` ('add', 'abort' or 'call') waits in the engine's inbox (True), or `timeout`
+    seconds pass (False): for a test that must hold a step until a change to the engine is queued behind it."""
+    with self._cv: return self._cv.wait_for(lambda: any(c[0] == kind for c in self._inbox), timeout)
+
+@patch
+def adapters(self: AsyncEngine) -> list:
+    "The LoRA adapters served now (`LoadedAdapter`s, by name), read from any thread."
+    return [] if self.engine.lora is None else sorted(list(self.engine.lora.by_name.values()), key=lambda a: a.name)
 
 @patch
 def wait_idle(self: AsyncEngine, timeout: float) -> bool:

@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument('--reasoning-parser', default=None, choices=('qwen3', 'deepseek_r1'),
                     help="split a thinking model's chat answers: the text between <think> and </think> goes to "
                          "message.reasoning (and reasoning_content), streamed as delta.reasoning (default: off)")
+    sv.add_argument('--lora-modules', nargs='+', default=None, metavar='NAME=PATH',
+                    help="LoRA adapters served at boot (with --enable-lora), each name=path or vLLM's JSON form "
+                         '\'{"name": ..., "path": ..., "base_model_name": ...}\': a PEFT adapter\'s directory, chosen '
+                         "by a request's model")
     sv.add_argument('--log-level', default='warning', help='uvicorn log level')
     add_engine_flags(sv)
     from nanoserve.chat import add_chat_flags

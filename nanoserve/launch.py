@@ -4,7 +4,7 @@
 
 # %% ../nbs/56_launch.ipynb #3ee016a1
 from __future__ import annotations
-import argparse, socket, sys, time
+import argparse, json, socket, sys, time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 import torch
@@ -36,7 +36,7 @@ from .quant import quantize_model, quantize_head
 __all__ = ['BootUnsound', 'Boot', 'add_engine_flags', 'recorder_for', 'check_recorder_takes', 'check_capture_settings',
            'config_from_args', 'pool_reserved_bytes', 'resident_bytes', 'pool_residency', 'build_engine',
            'check_warm_before_serving', 'check_capture_matches_cache', 'check_capture_limit', 'warm_engine',
-           'boot_info', 'check_boot_info', 'boot_lines', 'build_app', 'serve']
+           'boot_info', 'check_boot_info', 'boot_lines', 'parse_lora_modules', 'build_app', 'serve']
 
 # %% ../nbs/56_launch.ipynb #8bd871b1
 class BootUnsound(CaptureError):
@@ -316,13 +316,41 @@ def boot_lines(engine: Engine, model_name: str) -> list[str]:
     return lines
 
 # %% ../nbs/56_launch.ipynb #48f42a5d
+def parse_lora_modules(values: list[str] | None) -> list[tuple[str, str, str | None]]:
+    """`--lora-modules` as vLLM takes it: each value `name=path`, or JSON `{"name": ..., "path": ...,
+    "base_model_name": ...}` (the last optional: the parent /v1/models names); (name, path, parent) each, or a
+    ConfigError naming the value and the two forms."""
+    out = []
+    for v in values or ():
+        try:
+            d = json.loads(v) if v.lstrip().startswith('{') else None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--lora-modules {v!r}: not valid JSON ({e.msg}); give name=path or "
+                              '\'{"name": "...", "path": "..."}\'') from None
+        if d is None:
+            name, eq, path = v.partition('=')
+            if not eq or not name or not path:
+                raise ConfigError(f"--lora-modules {v!r}: give name=path (or JSON with name and path)")
+            out.append((name, path, None))
+        elif not isinstance(d, dict) or not {'name', 'path'} <= set(d) or set(d) - {'name', 'path', 'base_model_name'}:
+            raise ConfigError(f"--lora-modules {v!r}: the JSON form has name, path and optionally base_model_name")
+        else: out.append((d['name'], d['path'], d.get('base_model_name')))
+    if len({n for n, _, _ in out}) != len(out):
+        raise ConfigError(f"--lora-modules names {[n for n, _, _ in out]}: each adapter needs its own name")
+    return out
+
 def build_app(model: str | None = None, config: EngineConfig | None = None, served_model_name: str | None = None,
               api_key: str | None = None,
               max_waiting: int | None = None, max_tokens_default: int | None = None, log=print, batch=PersistentBatch,
               quantize=quantize_model,
-              generation_config: str = 'auto', reasoning_parser: str | None = None, **kw):
-    "Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, aengine)."
+              generation_config: str = 'auto', reasoning_parser: str | None = None,
+              lora_modules: list[str] | None = None, **kw):
+    """Plan the KV pool -> plan the capture -> warm -> construct the AsyncEngine -> the app; returns (app, aengine).
+    `lora_modules`: --lora-modules, the adapters loaded at boot (with --enable-lora)."""
     config = check_capture_settings(replace(config or EngineConfig(), **kw))
+    adapters = parse_lora_modules(lora_modules)
+    if adapters and not config.enable_lora:
+        raise ConfigError("--lora-modules needs --enable-lora (the products' adapter slots are made at boot)")
     check_reasoning_parser(reasoning_parser)
     path = model_dir(model, config, log)
     config = with_checkpoint_quantization(path, config)
@@ -331,9 +359,15 @@ def build_app(model: str | None = None, config: EngineConfig | None = None, serv
     if config.uses_persistent_batch and batch is None or config.quantization != 'none' and quantize is None:
         # refused here, on this thread, before anything loads
         build_engine(path, config, batch=batch, quantize=quantize)
-    # built, planned and warmed on the thread that will step it
-    aeng = AsyncEngine(build=lambda: build_engine(path, config, batch=batch, quantize=quantize))
     name = served_model_name or Path(path).name
+    def build():
+        engine = build_engine(path, config, batch=batch, quantize=quantize)
+        if engine.lora is not None:
+            engine.lora.base_name = name                       # no adapter may take the served model's name
+            for n, p, parent in adapters: engine.load_adapter(n, p, parent=parent)
+        return engine
+    # built, planned and warmed on the thread that will step it
+    aeng = AsyncEngine(build=build)
     info = boot_info(aeng.engine, name)
     try: check_boot_info(info, aeng.engine)
     except BootUnsound:
@@ -353,7 +387,8 @@ def serve(args, batch=PersistentBatch, quantize=quantize_model) -> int:
     app, aeng = build_app(path, config, name, args.api_key, args.max_waiting, args.max_tokens_default, log=log,
                           batch=batch, quantize=quantize,
                           generation_config=getattr(args, 'generation_config', 'auto'),
-                          reasoning_parser=getattr(args, 'reasoning_parser', None))
+                          reasoning_parser=getattr(args, 'reasoning_parser', None),
+                          lora_modules=getattr(args, 'lora_modules', None))
     for line in boot_lines(aeng.engine, name): log(line)
     d = app.state.served.health['request_defaults']
     log(f"request defaults: max_tokens {d['max_tokens']['chat']} (chat), {d['max_tokens']['completions']} "

@@ -17,9 +17,10 @@ from .async_engine import AsyncEngine, EngineRequest
 
 # %% auto #0
 __all__ = ['UNSUPPORTED', 'GENERATION_FIELDS', 'TEMPLATE_OWN', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatRequest',
-           'TokenizeRequest', 'DetokenizeRequest', 'UnsupportedField', 'check_unsupported', 'not_text', 'check_text',
-           'generation_defaults', 'with_defaults', 'request_max_tokens', 'content_text', 'chat_messages',
-           'template_kwargs', 'thinking_off', 'prompts_of', 'structured_of', 'sampling_params', 'InputProcessor']
+           'TokenizeRequest', 'DetokenizeRequest', 'LoadLoraRequest', 'UnloadLoraRequest', 'UnsupportedField',
+           'check_unsupported', 'not_text', 'check_text', 'generation_defaults', 'with_defaults', 'request_max_tokens',
+           'content_text', 'chat_messages', 'template_kwargs', 'thinking_off', 'prompts_of', 'structured_of',
+           'sampling_params', 'InputProcessor']
 
 # %% ../nbs/31_protocol.ipynb #1e3194e8
 class StreamOptions(BaseModel):
@@ -116,6 +117,18 @@ class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra='forbid')
     model: str | None = None
     tokens: list[int]
+
+class LoadLoraRequest(BaseModel):
+    "POST /v1/load_lora_adapter (vLLM's): serve the PEFT adapter in `lora_path` as the model `lora_name`."
+    model_config = ConfigDict(extra='forbid')
+    lora_name: str
+    lora_path: str
+
+class UnloadLoraRequest(BaseModel):
+    "POST /v1/unload_lora_adapter (vLLM's); `lora_int_id`, which vLLM accepts, is accepted and not needed."
+    model_config = ConfigDict(extra='forbid')
+    lora_name: str
+    lora_int_id: int | None = None
 
 # %% ../nbs/31_protocol.ipynb #18f093f9
 class UnsupportedField(RequestError):
@@ -355,7 +368,7 @@ class InputProcessor:
         params = [sampling_params(body, j, max_tokens, structured, self.defaults) for j in range(body.n)]
         out = []
         for p in prompts:
-            reqs = self.choices(self.prompt_ids(p), params)
+            reqs = self.choices(self.prompt_ids(p), params, **self.adapter_of(body))
             if body.echo: reqs = [replace(r, echo=p if isinstance(p, str) else self.aeng.decode(p)) for r in reqs]
             out += reqs
         return out
@@ -374,7 +387,12 @@ class InputProcessor:
         max_tokens = request_max_tokens(body, self.defaults, self.default_max_tokens, room=room)
         params = [sampling_params(body, j, max_tokens, structured, self.defaults) for j in range(body.n)]
         calls = {'tool_mode': mode, 'tools': tools} if tools and mode != 'none' else {}
-        return self.choices(ids, params, **calls)
+        return self.choices(ids, params, **calls, **self.adapter_of(body))
+
+    def adapter_of(self, body) -> dict:
+        "`lora=` for a body's requests where its `model` names a LoRA adapter the engine serves; else nothing."
+        lora = self.aeng.engine.lora
+        return {'lora': body.model} if lora is not None and body.model in lora.by_name else {}
 
     def tokenize(self, body: TokenizeRequest) -> list[int]:
         "The token ids `/tokenize` answers: exactly what a completion (`prompt`) or a chat (`messages`) would send."

@@ -11,11 +11,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import JSONResponse, StreamingResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, CONTENT_TYPE_LATEST
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from . import __version__
 from .core import NanoserveError
 from .core import RequestError
 from .protocol import CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, InputProcessor
+from .protocol import LoadLoraRequest, UnloadLoraRequest
+from .lora_batch import LoraError
 from .protocol import check_text, thinking_off
 from .reasoning import ReasoningStream, split_reasoning, check_reasoning_parser
 from .tools import forced_calls, parse_tool_calls, call_id
@@ -23,11 +25,12 @@ from .async_engine import AsyncEngine, EngineDeadError, EngineRequest
 
 # %% auto #0
 __all__ = ['LATENCY_BUCKETS', 'OPEN_PATHS', 'RUNNER_ROUTES', 'ROUTES', 'error_response', 'CaptureCollector',
-           'PrefixCacheCollector', 'SchedulerCollector', 'ServerMetrics', 'run_choices', 'Served', 'served_of', 'guard',
-           'on_http_error', 'on_invalid', 'refused', 'unknown_model', 'admit', 'at_capacity', 'get_health',
-           'get_metrics', 'get_version', 'get_models', 'tokenize', 'detokenize', 'Reply', 'calls_of', 'logprobs_of',
-           'choice', 'usage', 'collect', 'sse_data', 'sse', 'completions', 'chat', 'reasoning_of', 'respond',
-           'openapi_schema', 'request_defaults_info', 'create_app']
+           'PrefixCacheCollector', 'SchedulerCollector', 'LoraCollector', 'ServerMetrics', 'run_choices', 'Served',
+           'served_of', 'guard', 'on_http_error', 'on_invalid', 'refused', 'serves', 'unknown_model', 'admit',
+           'at_capacity', 'get_health', 'get_metrics', 'get_version', 'get_models', 'load_lora_adapter',
+           'unload_lora_adapter', 'tokenize', 'detokenize', 'Reply', 'calls_of', 'logprobs_of', 'choice', 'usage',
+           'collect', 'sse_data', 'sse', 'completions', 'chat', 'reasoning_of', 'respond', 'openapi_schema',
+           'request_defaults_info', 'create_app']
 
 # %% ../nbs/32_server.ipynb #118df800
 def error_response(status: int, message: str, type_: str = 'invalid_request_error', param: str | None = None,
@@ -103,6 +106,19 @@ class SchedulerCollector:
         for pos, v in enumerate(s.spec_accepted_by_position): m.add_metric([self.model_name, str(pos)], v)
         yield m
 
+class LoraCollector:
+    """`vllm:lora_requests_info` as vLLM labels it: the adapters of the running and of the waiting requests (by name,
+    comma-separated) and `max_lora`, its value the time of the scrape; only where the engine serves adapters."""
+    def __init__(self, aeng: AsyncEngine): self.aeng = aeng
+    def collect(self):
+        if self.aeng.engine.lora is None: return
+        snap = self.aeng.engine.snapshot()
+        m = GaugeMetricFamily('vllm:lora_requests_info', 'Running stats on lora requests.',
+                              labels=['max_lora', 'waiting_lora_adapters', 'running_lora_adapters'])
+        m.add_metric([str(self.aeng.engine.config.max_loras), ','.join(snap.lora_waiting),
+                      ','.join(snap.lora_running)], time.time())
+        yield m
+
 LATENCY_BUCKETS = (.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
 
 class ServerMetrics:
@@ -126,6 +142,7 @@ class ServerMetrics:
         r.register(CaptureCollector(aeng))
         r.register(PrefixCacheCollector(aeng, model_name))
         r.register(SchedulerCollector(aeng, model_name))
+        r.register(LoraCollector(aeng))
         # vLLM's names (its V1 metrics), so that a Grafana dashboard made for vLLM reads this server unchanged
         m, lab = model_name, ['model_name']
         vg = lambda name, doc, f: Gauge(name, doc, lab, registry=r).labels(m).set_function(f)
@@ -265,9 +282,15 @@ async def on_invalid(request, exc: RequestValidationError):
 
 def refused(e: NanoserveError) -> JSONResponse: return error_response(400, str(e), param=getattr(e, 'param', None))
 
+def serves(s: Served, name) -> bool:
+    "`name` is the served model's, or a LoRA adapter's the engine serves now."
+    return name == s.model_name or name in {a.name for a in s.aeng.adapters()}
+
 def unknown_model(s: Served, name) -> JSONResponse:
-    return error_response(404, f"model {name!r} is not served here; this server serves {s.model_name!r}", param='model',
-                          code='model_not_found')
+    adapters = [a.name for a in s.aeng.adapters()]
+    also = f" and the LoRA adapters {', '.join(map(repr, adapters))}" if adapters else ''
+    return error_response(404, f"model {name!r} is not served here; this server serves {s.model_name!r}{also}",
+                          param='model', code='model_not_found')
 
 RUNNER_ROUTES = {'generate': 'completions, chat, responses and messages', 'pooling': '/v1/embeddings'}
 
@@ -276,7 +299,7 @@ def admit(s: Served, body, runner: str = 'generate') -> JSONResponse | None:
     answer (`runner`: the one the route needs), a dead engine; else None."""
     try: check_text(body)                 # first: every message below may quote the body
     except RequestError as e: return refused(e)
-    if body.model != s.model_name: return unknown_model(s, body.model)
+    if not serves(s, body.model): return unknown_model(s, body.model)
     if (mine := getattr(s.aeng.engine.config, 'runner', 'generate')) != runner:
         how = ('an embedding model served with --runner pooling' if runner == 'pooling'
                else 'a text model served without --runner pooling')
@@ -311,15 +334,35 @@ async def get_version(): return {'version': __version__}
 
 async def get_models(request: Request):
     s = served_of(request)
-    return {'object': 'list', 'data': [{'id': s.model_name, 'object': 'model', 'created': 0, 'owned_by': 'nanoserve',
-                                        'root': s.model_name, 'max_model_len': s.aeng.max_model_len,
-                                        'request_defaults': s.health['request_defaults']}]}
+    base = {'id': s.model_name, 'object': 'model', 'created': 0, 'owned_by': 'nanoserve', 'root': s.model_name,
+            'parent': None, 'max_model_len': s.aeng.max_model_len, 'request_defaults': s.health['request_defaults']}
+    # each LoRA adapter as vLLM lists it: its path as `root`, the base model as `parent`
+    adapters = [{**base, 'id': a.name, 'root': a.path, 'parent': a.parent or s.model_name} for a in s.aeng.adapters()]
+    return {'object': 'list', 'data': [base, *adapters]}
+
+async def load_lora_adapter(body: LoadLoraRequest, request: Request):
+    """Serve a PEFT adapter as a new model while the server runs (vLLM's route): read off the engine's thread, put into
+    a free slot between two steps. 400: a name in use, a bad path or adapter, every slot taken, no --enable-lora."""
+    s = served_of(request)
+    try: a = await s.aeng.load_adapter(body.lora_name, body.lora_path)
+    except LoraError as e: return error_response(e.status, str(e), param='lora_name', code='lora_refused')
+    except NanoserveError as e: return error_response(400, str(e), param='lora_path', code='lora_refused')
+    return Response(f"Success: LoRA adapter '{a.name}' added successfully (slot {a.slot}, rank {a.spec.rank}).",
+                    media_type='text/plain')
+
+async def unload_lora_adapter(body: UnloadLoraRequest, request: Request):
+    """Stop serving an adapter (vLLM's route). 404: no adapter by that name; 409: requests still run or wait under it
+    (they finish under it; ask again after)."""
+    s = served_of(request)
+    try: a = await s.aeng.unload_adapter(body.lora_name)
+    except LoraError as e: return error_response(e.status, str(e), param='lora_name', code='lora_refused')
+    return Response(f"Success: LoRA adapter '{a.name}' removed successfully.", media_type='text/plain')
 
 async def tokenize(body: TokenizeRequest, request: Request):
     s = served_of(request)
     try: check_text(body)
     except RequestError as e: return refused(e)
-    if body.model not in (None, s.model_name): return unknown_model(s, body.model)
+    if body.model is not None and not serves(s, body.model): return unknown_model(s, body.model)
     try: ids = s.inputs.tokenize(body)
     except NanoserveError as e: return refused(e)
     return {'count': len(ids), 'max_model_len': s.aeng.max_model_len, 'tokens': ids}
@@ -328,7 +371,7 @@ async def detokenize(body: DetokenizeRequest, request: Request):
     s = served_of(request)
     try: check_text(body)
     except RequestError as e: return refused(e)
-    if body.model not in (None, s.model_name): return unknown_model(s, body.model)
+    if body.model is not None and not serves(s, body.model): return unknown_model(s, body.model)
     try: return {'prompt': s.aeng.decode(body.tokens)}
     except NanoserveError as e: return refused(e)
 
@@ -510,7 +553,9 @@ async def respond(s: Served, body, requests: list[EngineRequest], kind: str, pre
 ROUTES = [('GET', '/health', get_health), ('GET', '/metrics', get_metrics), ('GET', '/version', get_version),
           ('GET', '/v1/models', get_models),
           ('POST', '/tokenize', tokenize), ('POST', '/detokenize', detokenize),
-          ('POST', '/v1/completions', completions), ('POST', '/v1/chat/completions', chat)]
+          ('POST', '/v1/completions', completions), ('POST', '/v1/chat/completions', chat),
+          ('POST', '/v1/load_lora_adapter', load_lora_adapter),
+          ('POST', '/v1/unload_lora_adapter', unload_lora_adapter)]
 
 def openapi_schema() -> dict:
     "The API's OpenAPI schema from the routes alone (no engine is needed): what a fuzzer generates its requests from."
