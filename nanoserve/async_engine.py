@@ -143,9 +143,10 @@ class AsyncEngine:
             _, fn, loop, fut = cmd
             try: result, error = fn(self.engine), None
             except NanoserveError as e: result, error = None, e
-            settle = lambda: fut.done() or (fut.set_exception(error) if error else fut.set_result(result))
-            try: loop.call_soon_threadsafe(settle)
-            except RuntimeError: pass                      # that event loop is closed: nobody is waiting
+            except BaseException as e:                     # a bug: the caller hears of it, then the loop dies of it
+                _settle(loop, fut, None, EngineDeadError(f"the engine loop failed: {type(e).__name__}: {e}"))
+                raise
+            _settle(loop, fut, result, error)
         elif cmd[0] == 'abort':
             if self.engine.abort(cmd[1]):
                 self._counts['num_aborted'] += 1
@@ -160,6 +161,12 @@ def name_os_thread(name: str) -> bool:
         import ctypes
         return ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0) == 0   # PR_SET_NAME
     except (OSError, AttributeError): return False
+
+def _settle(loop, fut, result=None, error: BaseException | None = None):
+    "Give an asyncio future waiting on the engine's thread its result or error, on its own loop."
+    settle = lambda: fut.done() or (fut.set_exception(error) if error else fut.set_result(result))
+    try: loop.call_soon_threadsafe(settle)
+    except RuntimeError: pass                              # that event loop is closed: nobody is waiting
 
 @patch
 def _run(self: AsyncEngine, build=None):
@@ -184,8 +191,10 @@ def _run(self: AsyncEngine, build=None):
                 self._idle = False
                 cmds = list(self._inbox)
                 self._inbox.clear()
-            for cmd in cmds:
-                if cmd[0] == 'stop': return
+            for i, cmd in enumerate(cmds):
+                if cmd[0] == 'stop':
+                    with self._cv: self._inbox.extend(cmds[i + 1:])      # left for the end to answer
+                    return
                 self._apply(cmd)
             if not self.engine.has_unfinished(): continue
             outs = self.engine.step()
@@ -203,6 +212,9 @@ def _run(self: AsyncEngine, build=None):
         if self.error is None:                             # shut down: end open streams
             for rid in list(self._streams): self._deliver(rid, EngineDeadError("the engine was shut down"))
         with self._cv:
+            # changes asked for and never applied: their callers hear why
+            for cmd in [c for c in self._inbox if c[0] == 'call']:
+                _settle(cmd[2], cmd[3], None, EngineDeadError(f"the engine stopped: {self.error or 'shut down'}"))
             self._ended = True
             self._cv.notify_all()
 @patch

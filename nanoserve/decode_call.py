@@ -231,7 +231,10 @@ class DecodeCall:
         win = decode_slots(self.cache, meta)
         pos, slots, ctx = meta.positions.contiguous(), meta.slot_mapping.contiguous(), meta.decode_context.contiguous()
         logits = torch.empty(R, self.model.config.vocab_size, dtype=torch.float32, device=h.device)
-        # each row's adapter slot, as the runner set them for this step's layers (None: no adapter row)
+        # each row's adapter slot, as the runner set them for this step's layers (None: no adapter row); rows of
+        # adapters and no adapter kernel here: the layers' forward serves them
+        held = getattr(self.model, 'lora', None)
+        if held is not None and held.rows is not None and self.lora is None: return None
         rows = None if self.lora is None else self.lora.rows
         with named_in_profile('nanoserve::decode_call'):
             rc = self.lib.decode_forward(*self._args, h.data_ptr(), pos.data_ptr(), slots.data_ptr(), win.data_ptr(),
@@ -255,9 +258,9 @@ class DecodeCall:
         self._check_pools()
         tok, row, ctx, best, lora = self._lists
         tok[:R], row[:R], ctx[:R] = tokens, rows, context_lens
-        if adapters is not None and self.lora is None and max(adapters) >= 0:
-            raise ValueError("rows name LoRA adapters, and this model serves none (--enable-lora)")
         with_lora = adapters is not None and max(adapters) >= 0
+        # rows of adapters, and no adapter kernel here: the layers' forward serves them (its hooks' PyTorch path)
+        if with_lora and self.lora is None: return None
         if with_lora: lora[:R] = adapters
         am = (self.argmax, ctypes.addressof(best)) if argmax and self.argmax else (None, None)
         logits = torch.empty(R, self._out[0], dtype=self._out[1], device=self.model.device)

@@ -56,6 +56,9 @@ def lora_refusal(config) -> str | None:
     if config.capture_decode:
         return ("--cuda-graphs: the capture records no adapter deltas yet; drop --cuda-graphs (the decode call, the "
                 "default on the CPU, takes adapters)")
+    if config.capture_flags:
+        return (f"{' and '.join(config.capture_flags)}: the bucketed decode path gives its rows no adapter slots yet; "
+                "drop it (the decode call, the default on the CPU, takes adapters)")
     if config.compile: return "--compile: the adapters' kernel is not traced yet; drop --compile"
     if config.runner == 'pooling': return "--runner pooling: adapters serve text generation; drop one of the two"
     if config.tensor_parallel_size > 1:

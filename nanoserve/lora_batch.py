@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from .core import ConfigError, RequestError, c_library, kernel_source, named_in_profile
 from .config import ModelConfig
+from safetensors import SafetensorError
 from .lora import LoraSpec, LORA_TARGETS, PEFT_PREFIX, DEFAULT_MAX_LORA_RANK, read_adapter, lora_delta
 from .lora import projection_shape
 
@@ -63,15 +64,16 @@ class ProductLora:
         self.table = torch.zeros(slots, 2 + 3 * len(targets), dtype=torch.int64, device='cpu')
         self.held: list[tuple | None] = [None] * slots      # per slot: (A [ra, in], {target index: (row, B chunked)})
 
-    def prepare(self, weights: dict, dtype: torch.dtype) -> tuple | None:
+    def prepare(self, weights: dict, dtype: torch.dtype, device: torch.device | str = 'cpu') -> tuple | None:
         """An adapter's matrices for this product in the kernel's layout (`weights`: (layer, target) -> (A, B)), in
-        `dtype`: (A's stacked [ra, in], {target index: (its first row, B `chunked`)}), or None: no target here.
+        `dtype` on `device` (the model's): (A's stacked [ra, in], {target index: (its first row, B `chunked`)}), or
+        None: no target here.
         The copying happens here, wherever the adapter is read; `put` only writes addresses."""
         mine = [(g, weights[(self.layer, t)]) for g, (t, _) in enumerate(self.targets) if (self.layer, t) in weights]
         if not mine: return None
-        a, parts, j = torch.cat([ab[0] for _, ab in mine]).to(dtype).contiguous(), {}, 0
+        a, parts, j = torch.cat([ab[0] for _, ab in mine]).to(device=device, dtype=dtype).contiguous(), {}, 0
         for g, (ga, gb) in mine:
-            parts[g] = (j, chunked(gb.to(dtype)))
+            parts[g] = (j, chunked(gb.to(device=device, dtype=dtype)))
             j += ga.shape[0]
         return a, parts
 
@@ -142,7 +144,7 @@ class LoraSlots:
 
     def prepare(self, weights: dict) -> list:
         "`read_adapter`'s weights laid out for each product (`ProductLora.prepare`): anywhere, off the engine's thread."
-        return [p.prepare(weights, self.dtype) for p in self.products]
+        return [p.prepare(weights, self.dtype, self.model.device) for p in self.products]
 
     def install(self, slot: int, spec: LoraSpec, weights: dict | list):
         """Put an adapter in `slot` (`read_adapter`'s spec, and its weights or `prepare`'s layout of them): only between
@@ -167,6 +169,7 @@ class LoraSlots:
         "y (p's output for x) plus each row's delta, in place: the kernel where it takes them, else `p.reference`."
         c = self._mine[id(p.module)][1]
         if (self.kernel is not None and x.device.type == 'cpu' and x.dtype == y.dtype == self.dtype
+                and self.dtype in (torch.bfloat16, torch.float32)       # the kernel's two dtypes (not float16)
                 and y.is_contiguous() and x.shape[0] == y.shape[0] == rows.shape[0]):
             x = x.contiguous()
             with named_in_profile('nanoserve::lora_add'):
@@ -217,12 +220,14 @@ class LoadedAdapter:
     key: bytes          # the parent of its requests' first prefix block: no block is shared across adapters
     parent: str | None = None   # the name /v1/models gives as its parent (None: the served model's)
 
+# every load in this process numbered once: no two loads share a prefix-cache key, even in two registries
+_LOADS = itertools.count()
+
 class AdapterRegistry:
     "The adapters an engine serves by name, each in a slot of `slots`; `base_name`: the name no adapter may take."
     def __init__(self, slots: LoraSlots, base_name: str | None = None):
         self.slots, self.base_name = slots, base_name
         self.by_name: dict[str, LoadedAdapter] = {}
-        self._loads = itertools.count()
 
     def check_name(self, name: str):
         if not isinstance(name, str) or not name.strip():
@@ -240,8 +245,8 @@ class AdapterRegistry:
             raise LoraError(f"lora_path {str(path)!r} is not a directory: give a PEFT adapter's directory (with "
                             "adapter_config.json and adapter_model.safetensors)")
         try: spec, weights = read_adapter(path, self.slots.config, self.slots.max_rank, self.slots.dtype)
-        except (ConfigError, RequestError) as e: raise LoraError(f"adapter {name!r}: {e}") from None
-        except ValueError as e: raise LoraError(f"adapter {name!r}: {e}") from None
+        except (ValueError, OSError, SafetensorError) as e:      # ConfigError, WeightsError; unreadable files
+            raise LoraError(f"adapter {name!r}: {e}") from None
         return ReadAdapter(name, str(path), spec, self.slots.prepare(weights), parent)
 
     def install(self, r: ReadAdapter) -> LoadedAdapter:
@@ -252,7 +257,7 @@ class AdapterRegistry:
         if not free:
             raise LoraError(f"all {self.slots.max_loras} adapter slots are in use ({', '.join(sorted(self.by_name))}):"
                             " unload one (POST /v1/unload_lora_adapter), or serve with a larger --max-loras")
-        key = hashlib.blake2b(f"{r.name}\0{r.path}\0{next(self._loads)}".encode(), digest_size=16).digest()
+        key = hashlib.blake2b(f"{r.name}\0{r.path}\0{next(_LOADS)}".encode(), digest_size=16).digest()
         self.slots.install(free[0], r.spec, r.prepared)
         self.by_name[r.name] = a = LoadedAdapter(r.name, r.path, free[0], r.spec, key, r.parent)
         return a

@@ -215,6 +215,11 @@ def test_refusals_of_adapters_with_their_messages(peaky, tiny, tmp_path):
         (bad/'adapter_model.safetensors').write_bytes((good/'adapter_model.safetensors').read_bytes())
         refused(bad, *words)
     refused(tmp_path/'nowhere', 'is not a directory')
+    corrupt = tmp_path/'corrupt'
+    corrupt.mkdir()
+    (corrupt/'adapter_config.json').write_text((good/'adapter_config.json').read_text())
+    (corrupt/'adapter_model.safetensors').write_bytes(b'not a safetensors file')
+    refused(corrupt, "adapter 'x'")
     refused(peaky, 'has no adapter_config.json')
     assert cfg['peft_type'] == 'LORA'
     engine.load_adapter('x', good)
@@ -234,6 +239,8 @@ def test_refusals_of_adapters_with_their_messages(peaky, tiny, tmp_path):
 
 @pytest.mark.parametrize('flags,message', [
     (dict(capture_decode=True, bucket_decode=True, persist_inputs=True), '--cuda-graphs: the capture records no'),
+    (dict(bucket_decode=True), 'bucket_decode: the bucketed decode path gives its rows no adapter slots'),
+    (dict(persist_inputs=True), 'persist_inputs: the bucketed decode path'),
     (dict(compile=True), "--compile: the adapters' kernel is not traced"),
     (dict(runner='pooling'), 'adapters serve text generation'),
     (dict(tensor_parallel_size=2), 'not sharded across ranks yet'),
@@ -344,3 +351,29 @@ def test_serve_command_flags(peaky, tmp_path):
     r = subprocess.run([NANOSERVE, 'serve', '--model', str(peaky), '--enable-lora', '--cuda-graphs'],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and '--enable-lora with --cuda-graphs' in r.stderr
+
+
+def test_without_the_adapter_kernel_the_layers_serve_adapter_rows(peaky, tmp_path):
+    """Where the adapter kernel is not there (not built, or float16, which it does not take), adapter rows go through
+    the layers' forward and the hooks' PyTorch path, never silently through the base: the same tokens as with it."""
+    path = five_adapters(peaky, tmp_path)[0]
+    params = SamplingParams(max_tokens=12, temperature=0, logprobs=1)
+    engine = Engine.build(peaky, dtype='float32', enable_lora=True)
+    engine.load_adapter('a', path)
+    want = engine.generate(PROMPTS, params, use_tqdm=False, lora='a')
+    assert engine.runner.decode_call is not None
+    engine.runner.decode_call.lora = None                    # the decode call as built without the adapter kernel
+    engine.model.lora.kernel = None
+    got = engine.generate(PROMPTS, params, use_tqdm=False, lora='a')
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    torch.testing.assert_close(torch.tensor([logprob_of(o) for o in got]), torch.tensor([logprob_of(o) for o in want]),
+                               atol=1e-4, rtol=0)
+    half = Engine.build(peaky, dtype='float16', enable_lora=True)
+    half.load_adapter('a', path)
+    one = SamplingParams(max_tokens=1, temperature=0, logprobs=5)
+    for h, f in zip(half.generate(PROMPTS, one, use_tqdm=False, lora='a'),
+                    engine.generate(PROMPTS, one, use_tqdm=False, lora='a')):
+        assert h.token_ids == f.token_ids
+        both = sorted(set(h.logprobs[0]) & set(f.logprobs[0]))
+        torch.testing.assert_close(torch.tensor([h.logprobs[0][t] for t in both]),
+                                   torch.tensor([f.logprobs[0][t] for t in both]), atol=0.05, rtol=0)
