@@ -20,23 +20,13 @@ thread) and times that install against the median step: how long a load stalls t
 adapter, fixed order per row), PyTorch grouped by adapter (`ProductLora.reference`), and PyTorch gathered per row (each
 row's A and B fetched into [rows, r, in] and [rows, out, r] and two batched products); the product shapes of the
 model at `path`. Rows go to bench/results/lora/kernel.csv."""
-import argparse, csv, json, statistics, sys, tempfile, time
+import argparse, json, statistics, sys, tempfile, time
 from pathlib import Path
 import torch
+from moe import write_rows      # bench/moe.py: rows appended to a CSV
 
 RESULTS = Path(__file__).parent/'results'/'lora'
 TARGETS = ('q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj')
-
-
-def write_rows(name: str, rows: list[dict]):
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    f = RESULTS/f'{name}.csv'
-    new = not f.exists()
-    with open(f, 'a', newline='') as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        if new: w.writeheader()
-        w.writerows(rows)
-    print(f'appended {len(rows)} row(s) to {f}')
 
 
 def common(a) -> dict:
@@ -128,7 +118,7 @@ def cmd_crowd(a):
               f"plain ({row['crowd_ratio']}x; {row['crowd_ratio_same_engine']}x the LoRA engine's base); batch 1 "
               f"{row['batch1_adapters_tok_s']} vs {row['batch1_plain_tok_s']} tok/s ({row['batch1_ratio']}x); "
               f"a load installs in {row['load_install_ms']} ms, {row['load_in_steps']} of a {step * 1e3:.1f} ms step")
-    write_rows('crowd', rows)
+    write_rows('crowd', rows, RESULTS)
 
 
 def gathered(x, y, rows, a_stack, bt_stack, scales):
@@ -187,7 +177,7 @@ def cmd_kernel(a):
                                         adapters=a.adapters, rank=a.rank, way=name, median_us=round(us, 1),
                                         min_us=round(min(times) * 1e6, 1), max_us=round(max(times) * 1e6, 1)))
             print(f"{'/'.join(fused):28s} {name:15s} {us:9.1f} us (min {min(times) * 1e6:.1f})")
-    write_rows('kernel', out)
+    write_rows('kernel', out, RESULTS)
 
 
 if __name__ == '__main__':

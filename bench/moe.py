@@ -90,9 +90,10 @@ def decode_steps(engine, tokens: int) -> list[float]:
     return [b - a for a, b in zip(stamps[1:], stamps[2:])]
 
 
-def write_rows(name: str, rows: list[dict]):
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    f = RESULTS/f'{name}.csv'
+def write_rows(name: str, rows: list[dict], results: Path = RESULTS):
+    "Append `rows` to `results`/`name`.csv (its header written with the first rows)."
+    results.mkdir(parents=True, exist_ok=True)
+    f = results/f'{name}.csv'
     new = not f.exists()
     with open(f, 'a', newline='') as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
