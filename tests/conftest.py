@@ -2,6 +2,8 @@
 import json, os, shutil
 from pathlib import Path
 import pytest, torch, transformers
+# the card's Triton kernels run in Triton's interpreter where there is no card (read when triton is first imported)
+if not torch.cuda.is_available(): os.environ.setdefault('TRITON_INTERPRET', '1')
 from nanoserve.tiny import tiny_checkpoint, CHAT_SPECIALS
 
 transformers.logging.set_verbosity_error(); transformers.logging.disable_progress_bar()
