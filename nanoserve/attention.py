@@ -12,6 +12,7 @@ from .model import AttentionBackend
 from .kvcache import KVCache
 from .core import c_library, c_library_error, kernel_source, named_in_profile, HOST
 from .prefill_kernel import kernel_prefill_attention, tile_order_applies, tile_order_kernel
+from . import triton_kernels as card
 
 # %% auto #0
 __all__ = ['DECODE_KERNEL_C', 'DECODE_KERNEL_FLAGS', 'DECODE_KERNEL_HEAD_SIZES', 'TOKEN_BLOCK', 'INVARIANT_BLOCK',
@@ -48,12 +49,14 @@ def build_metadata(chunks: list[SeqChunk], cache: KVCache) -> AttentionMetadata:
     while nd < len(chunks) and chunks[nd].num_tokens == 1: nd += 1
     rows = torch.tensor([c.row for c in chunks for _ in range(c.num_tokens)], dtype=torch.int64, device=HOST)
     spans = [torch.arange(c.context_len - c.num_tokens, c.context_len, device=HOST) for c in chunks]
-    pos = (torch.cat(spans) if chunks else torch.zeros(0, dtype=torch.int64, device=HOST)).to(dev, non_blocking=True)
-    slot_mapping = cache.slots[rows.to(dev, non_blocking=True), pos].to(torch.int64) if chunks else pos
-    if (slot_mapping < 0).any(): raise ValueError("a scheduled token has no slot: allocate before building metadata")
+    pos = card.staged(torch.cat(spans) if chunks else torch.zeros(0, dtype=torch.int64, device=HOST), dev)
+    slot_mapping = cache.slots[card.staged(rows, dev), pos].to(torch.int64) if chunks else pos
+    # the invariant, checked where it costs no wait for a device (the card's path would read the mapping back each step)
+    if not card.card_path(slot_mapping) and (slot_mapping < 0).any():
+        raise ValueError("a scheduled token has no slot: allocate before building metadata")
     decode_rows = torch.tensor([c.row for c in chunks[:nd]], dtype=torch.int64, device=HOST)
     decode_context = torch.tensor([c.context_len for c in chunks[:nd]], dtype=torch.int64, device=HOST)
-    decode_rows, decode_context = (t.to(dev, non_blocking=True) for t in (decode_rows, decode_context))
+    decode_rows, decode_context = (card.staged(t, dev) for t in (decode_rows, decode_context))
     return AttentionMetadata(chunks, slot_mapping, nd, decode_rows, decode_context, pos)
 
 # %% ../nbs/12_attention.ipynb #e2e2605c
@@ -104,6 +107,7 @@ class PagedAttention(AttentionBackend):
         self.prefill_kernel = prefill_kernel
         self._window = None      # the decodes' (slots, mask), found by the first layer and read by every other one
         self._chunk_slots = None # each prefill chunk's sequence slots (int64), likewise
+        self._tiles = None       # on the card's path: the step's tiles for `triton_kernels.paged_attention`, likewise
 
     def decode_window(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """The decodes' window, the same for every layer of the step: slots [nd * width] (width the longest context) and
@@ -122,8 +126,23 @@ class PagedAttention(AttentionBackend):
         out = kernel_attention(q, kc, vc, win, self.meta.decode_context) if self.kernel else None
         return window_attention(q, kc, vc, win, mask) if out is None else out
 
+    def card_attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The card's path: the step's K/V written in one launch (`triton_kernels.store_kv`), then every token, decode
+        or prefill, in one launch of `triton_kernels.paged_attention` over the pool through the slot table (its bits
+        do not depend on the batch, so both backends take it)."""
+        m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
+        n = m.num_tokens
+        card.store_kv(k[:n], v[:n], kc, vc, m.slot_mapping)
+        if self._tiles is None:
+            self._tiles = card.attention_tiles([(c.start, c.num_tokens, c.row) for c in m.chunks], q.shape[1],
+                                               kc.shape[1], q.shape[2], q.device)
+        max_keys = max(c.context_len for c in m.chunks)                    # the host's chunks: no read-back
+        out = card.paged_attention(q[:n], kc, vc, self.cache.slots, self._tiles, m.positions, max_keys)
+        return out if n == q.shape[0] else torch.cat([out, out.new_zeros(q.shape[0] - n, *q.shape[1:])])
+
     @torch.compiler.disable          # eager even inside compiled layers: its shapes change every step
     def attend(self, layer, q, k, v):
+        if card.card_path(q): return self.card_attend(layer, q, k, v)
         m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
         n, nd = m.num_tokens, m.num_decodes
         kc.index_copy_(0, m.slot_mapping, k[:n])
@@ -281,6 +300,7 @@ class InvariantPagedAttention(PagedAttention):
     does not apply (or is off), blocked."""
     @torch.compiler.disable
     def attend(self, layer, q, k, v):
+        if card.card_path(q): return self.card_attend(layer, q, k, v)
         m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
         kc.index_copy_(0, m.slot_mapping, k[:m.num_tokens])
         vc.index_copy_(0, m.slot_mapping, v[:m.num_tokens])

@@ -11,11 +11,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 # %% auto #0
-__all__ = ['CACHE_ENV', 'DTYPES', 'HOST', 'FACTORIES', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError',
+__all__ = ['CACHE_ENV', 'DTYPES', 'HOST', 'FACTORIES', 'READS', 'NanoserveError', 'ConfigError', 'WeightsError', 'TokenizerError',
            'ModelNotFound', 'RequestError', 'PullError', 'cache_dir', 'parse_dtype', 'dtype_name', 'cpu_flags',
            'auto_dtype', 'resolve_dtype', 'sha256_file', 'human_bytes', 'peak_rss_bytes', 'reset_peak_rss',
            'available_ram', 'kernel_source', 'kernel_lines', 'c_library', 'c_library_error', 'named_in_profile',
-           'DeviceError', 'DeviceDiscipline']
+           'DeviceError', 'DeviceDiscipline', 'HostSyncs', 'read_back']
 
 # %% ../nbs/00_core.ipynb #2b605166
 class NanoserveError(Exception):
@@ -223,3 +223,49 @@ class DeviceDiscipline(TorchFunctionMode):
                     raise DeviceError(f"torch.{func.__name__} without a device in {where}: on a GPU it would be made "
                                       "on the host; name device= (the engine's device, or HOST where it belongs there)")
         return func(*args, **kwargs)
+
+# %% ../nbs/00_core.ipynb #b775a3cd
+READS = frozenset({torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.__bool__,
+                   torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__})
+
+class HostSyncs(TorchFunctionMode):
+    """While on (around one step): the reads of a tensor nanoserve's code makes before the step's read-back
+    (`read_back`), each a wait for the device on a card: `.item()`, `.tolist()`, `.cpu()`, `.numpy()`, a tensor as a
+    bool, int or float, and a `.to` that copies to the host. `syncs`: where each happened (module.function:line and
+    the read); `read_backs`: the step's read-backs. After the first, the step's tensors are the host's, and their reads
+    are not syncs. A copy to the host is counted where the tensor is elsewhere (on a card; a CPU tensor's `.to('cpu')`
+    is no copy)."""
+    def __init__(self):
+        super().__init__()
+        self.syncs, self.read_backs, self.after, self.inside = {}, 0, False, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not (self.after or self.inside or torch.compiler.is_compiling()):
+            to_host = (func is torch.Tensor.to and args and isinstance(args[0], torch.Tensor) and args[0].device != HOST
+                       and any(str(a) == 'cpu' for a in (*args[1:], kwargs.get('device')) if a is not None))
+            caller = inspect.currentframe().f_back
+            if (func in READS or to_host) and caller.f_globals.get('__name__', '').startswith('nanoserve.'):
+                site = f"{caller.f_globals['__name__']}.{caller.f_code.co_name}:{caller.f_lineno} {func.__name__}"
+                self.syncs[site] = self.syncs.get(site, 0) + 1
+        return func(*args, **kwargs)
+
+    def __enter__(self):
+        _SYNCS.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _SYNCS.remove(self)
+        return super().__exit__(*exc)
+
+_SYNCS: list[HostSyncs] = []
+
+def read_back(t: torch.Tensor) -> torch.Tensor:
+    """The step's read-back: `t` (its results) on the host. A `HostSyncs` around the step counts it apart; a read-back
+    of a host tensor after the first is no second one."""
+    for mode in _SYNCS:
+        if not mode.after or t.device != HOST: mode.read_backs += 1
+        mode.after, mode.inside = True, True
+    try: return t.cpu()
+    finally:
+        for mode in _SYNCS: mode.inside = False

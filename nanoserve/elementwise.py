@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from .core import c_library, kernel_source, named_in_profile
 from .layers import RMSNorm, RotaryEmbedding
+from . import triton_kernels as card
 
 # %% auto #0
 __all__ = ['ELEMENTWISE_C', 'ELEMENTWISE_FLAGS', 'elementwise_kernel', 'rms_norm', 'rope_', 'silu_mul', 'rms_norm_op', 'rope_op',
@@ -134,8 +135,16 @@ class FastRMSNorm(RMSNorm):
             takes = self.kernel and x.dim() == 2 and x.dtype == self.weight.dtype
             if takes: return rms_norm_op(x, self.weight, self.eps)
             return super().forward(x)
+        if card.card_path(x) and x.dtype == self.weight.dtype: return card.rms_norm(x, self.weight, self.eps)
         y = rms_norm(x, self.weight, self.eps)
         return super().forward(x) if y is None else y
+
+    def add_norm(self, x: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        "The residual and its norm in one pass on the card's path (`triton_kernels.rms_norm`); else `RMSNorm`'s."
+        if torch.compiler.is_compiling() or not (card.card_path(x) and x.dtype == a.dtype == self.weight.dtype):
+            return super().add_norm(x, a)
+        h, s = card.rms_norm(x, self.weight, self.eps, residual=a)
+        return s, h
 
 class FastRotary(RotaryEmbedding):
     "The layers' `RotaryEmbedding` through `rope_`, in place, where it applies; in a compiled step through `rope_op`."
@@ -157,6 +166,7 @@ class FastRotary(RotaryEmbedding):
                     out.append(rope_op(x, positions, self.cos, self.sin))
                 else: out.append(super().forward(positions, x)[0])
             return tuple(out)
+        if xs and card.card_path(xs[0]): return tuple(card.rope_(x, positions, self.cos, self.sin) for x in xs)
         out = []
         for x in xs: out.append(x if rope_(x, positions, self.cos, self.sin) is not None
                                 else super().forward(positions, x)[0])

@@ -15,12 +15,13 @@ from .core import c_library, cpu_flags, kernel_source, named_in_profile
 from .elementwise import FastRMSNorm, FastRotary, silu_mul, silu_mul_op, small_ops_take
 from .f32_linear import f32_kernel, f32_pack, f32_packed_numel, f32_product
 from .arena import arena_slots, give_back
+from . import triton_kernels as card
 
 # %% auto #0
 __all__ = ['gemv', 'AMX_LINEAR_C', 'AMX_LINEAR_FLAGS', 'AMX_MAX_ROWS', 'gemv_reference', 'one_row_product', 'packed_linear',
            'FastLinear', 'amx_dot_rows', 'bf16_isa', 'amx_kernel', 'amx_packed_numel', 'amx_pack', 'own_copy',
            'amx_product', 'q8_pack', 'q8_product', 'q4_pack', 'q4_product', 'FusedAttention', 'FusedMLP', 'speed_up',
-           'speed_up_router', 'invariant_refusal', 'release_original', 'PackedEmbedding']
+           'speed_up_router', 'card_refusal', 'invariant_refusal', 'release_original', 'PackedEmbedding']
 
 # %% ../nbs/06_fast.ipynb #f3025f6f
 def gemv_reference(x: torch.Tensor, w: torch.Tensor, wide: bool = False) -> torch.Tensor:
@@ -86,6 +87,7 @@ class FastLinear(nn.Module):
         self.packed = None
         self.is_packed = False  # `pack` ran: a plain flag a traced step can read
         self.invariant = False  # the own bfloat16 kernel's batch-invariant build: a row's bits ignore its batch
+        self.card_fixed = False  # on the card's path: the fixed-order Triton product (`triton_kernels.fixed_linear`)
 
     def pack(self, batch_size: int = 32, amx: bool = False, invariant: bool = False,
              into: torch.Tensor | None = None, consume: bool = False) -> bool:
@@ -139,6 +141,8 @@ class FastLinear(nn.Module):
             # the packed products, as eager takes them
             if self.is_packed: return packed_linear(x, self.weight, self.bias, self.wide)
             return self._plain(x)
+        if self.card_fixed and card.card_path(x):
+            return card.fixed_linear(x.contiguous(), self.weight, self.bias, self.wide)
         if self.is_packed:
             return _product(x, self.weight, self.bias, self.amx, self.packed, self.f32, self.invariant, self.wide)
         if self.one_row and x.shape[0] == 1 and x.device.type == 'cpu': return self._gemv(x)
@@ -359,7 +363,7 @@ class FusedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gu = self.gate_up_proj(x)
         if not self.small_ops: h = None
-        elif not torch.compiler.is_compiling(): h = silu_mul(gu)
+        elif not torch.compiler.is_compiling(): h = card.silu_mul(gu) if card.card_path(gu) else silu_mul(gu)
         elif self.kernel and gu.dim() == 2 and gu.dtype == self.gate_up_proj.weight.dtype: h = silu_mul_op(gu)
         else: h = None
         if h is None:
@@ -431,6 +435,9 @@ def speed_up(model: CausalLM, fuse: bool = True, one_row: bool = True, pack: boo
         narrow_head = model.dtype != torch.float32 and getattr(model.lm_head, 'amx', None) is None
         for wide in [False] * (not packed) + [True] * narrow_head:
             one_row_product(torch.zeros(1, 8, dtype=model.dtype), torch.zeros(2, 8, dtype=model.dtype), wide)
+    # the card's path with the batch-invariant mode: every product the fixed-order Triton one
+    for m in model.modules() if invariant else ():
+        if isinstance(m, FastLinear) and not m.is_packed: m.card_fixed = card.card_path(m.weight)
     model.fast = want
     return model
 
@@ -440,11 +447,23 @@ def speed_up_router(router: Router, one_row: bool = True):
     router.weight = nn.Parameter(router.weight.float(), requires_grad=False)
     router.product = FastLinear(router.weight, one_row=one_row)
 
+def card_refusal(model: CausalLM) -> str | None:
+    """On the card's path (`triton_kernels.card_path`): why some product of `model` is not the fixed-order Triton one
+    (None: every one is)."""
+    for name, m in model.named_modules():
+        if isinstance(m, FastLinear):
+            if not m.card_fixed: return f"{name or 'a product'} is not the fixed-order product (not sped up invariant)"
+        elif isinstance(m, nn.Linear) or type(m).__name__.endswith('Linear'):
+            return f"{name} ({type(m).__name__}) has no fixed-order product on the card"
+    return None
+
 def invariant_refusal(model: CausalLM) -> str | None:
     """Why some product of `model` does not take one kernel at every row count, so that a row's bits could depend on its
     batch (None: every one does). The quantized layers' products are PyTorch's one kernel at every count (the quantized
     layers' notebook checks that a row's bits are the same at every count)."""
-    if model.device.type != 'cpu': return f"its products run on {model.device.type}, where nanoserve has no kernels"
+    if card.card_path(model.lm_head.weight): return card_refusal(model)
+    if model.device.type != 'cpu':
+        return f"its products run on {model.device.type}, where nanoserve's kernels need triton: {card.triton_error()}"
     if not (getattr(model, 'fast', None) or {}).get('invariant'): return "it was not sped up with invariant=True"
     for name, m in model.named_modules():
         if isinstance(m, nn.Linear): return f"{name} is a plain nn.Linear (pack_weights off?)"

@@ -26,6 +26,11 @@ class RMSNorm(nn.Module):
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
 
+    def add_norm(self, x: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        "The residual sum `x + a` and its norm, (sum, norm): one pass where a kernel takes both (the card's)."
+        s = x + a
+        return s, self(s)
+
 # %% ../nbs/04_layers.ipynb #a911b017
 def rope_inv_freq(head_dim: int, rope: RopeConfig) -> torch.Tensor:
     "The `head_dim/2` inverse frequencies of the rotary embedding, after scaling. [head_dim // 2]"

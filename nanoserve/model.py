@@ -116,8 +116,9 @@ class DecoderLayer(nn.Module):
         self.mlp = SparseMoE(cfg) if sparse else MLP(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias)
 
     def forward(self, x, positions, rotary, attn):
-        x = x + self.self_attn(self.input_layernorm(x), positions, rotary, attn)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        a = self.self_attn(self.input_layernorm(x), positions, rotary, attn)
+        x, h = self.post_attention_layernorm.add_norm(x, a)                   # x + a, and its norm
+        return x + self.mlp(h)
 
 # %% ../nbs/05_model.ipynb #577c3b3b
 # bytes of float32 weight rows widened at a time by `wide_linear` (4 MB: faster than 1 or 32 at 1 and 32 rows)

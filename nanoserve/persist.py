@@ -11,6 +11,7 @@ from .model import AttentionBackend, CausalLM
 from .kvcache import KVCache
 from .attention import window_attention, kernel_attention
 from .buckets import DecodeShape
+from . import triton_kernels as card
 
 # %% auto #0
 __all__ = ['DecodeInputs', 'prefix_attention', 'seen_window_attention', 'StaticDecodeAttention', 'decode_layers', 'decode_step',
@@ -50,7 +51,7 @@ def write(self: DecodeInputs, rows: list[int], tokens: list[int], context_lens: 
     for buf, real, fill in ((self.input_ids, ids, 0), (self.positions, ctx - 1, 0),
                             (self.context_lens, ctx, 1), (self.slot_mapping, slots, self.cache.pad_slot),
                             (self.temperature, temps, 0.0)):
-        buf[:n].copy_(real, non_blocking=True)
+        buf[:n].copy_(card.staged(real, buf.device), non_blocking=True)
         if pad: buf[n:R].fill_(fill)
     if self.slot_table is not self.cache.slots:
         self.slot_table[:R, :shape.width].copy_(self.cache.slots[:R, :shape.width], non_blocking=True)
@@ -85,11 +86,17 @@ class StaticDecodeAttention(AttentionBackend):
         self.k_pools, self.v_pools, self.table = k_pools, v_pools, table
         self.context_lens, self.pad_slot = context_lens, pad_slot
         self.new_k, self.new_v = [], []
+        self.tiles = self.positions = None      # the card's path: one token a tile, and positions, made once a step
     def attend(self, layer, q, k, v):
         i = len(self.new_k)  # layers attend in order: the i-th call reads the i-th pool it was given (see the prose)
         (R, W), kc, vc = self.table.shape, self.k_pools[i], self.v_pools[i]
+        # the card's path, eager or recorded in a CUDA graph (a compiled step keeps the operators below): the pool
+        # read-only, each row's own K/V beside it, at most W + 1 keys
+        if card.card_path(q) and not torch.compiler.is_compiling():
+            if self.tiles is None: self.tiles, self.positions = card.one_token_tiles(R, q.device), self.context_lens - 1
+            o = card.paged_attention(q, kc, vc, self.table, self.tiles, self.positions, W + 1, new_k=k, new_v=v)
         # the keys some row has, not the bucket's width (a CUDA graph cannot read the width back, so it pads)
-        if q.device.type == 'cpu':
+        elif q.device.type == 'cpu':
             o = seen_window_attention(q, kc, vc, self.table, self.context_lens, k, v, self.pad_slot)
         else: o = prefix_attention(q, kc, vc, self.table, self.context_lens, k, v, self.pad_slot, W)
         self.new_k.append(k)
@@ -136,6 +143,8 @@ def decode_core(model: CausalLM, cache: KVCache, inputs: DecodeInputs, shape: De
 def store_kv(cache: KVCache, inputs: DecodeInputs, shape: DecodeShape, new_k: torch.Tensor, new_v: torch.Tensor):
     "Write a decode's new K/V through the persistent slot mapping (padded rows: the pad slot)."
     sm = inputs.slot_mapping[:shape.rows]
+    if card.card_path(new_k) and not torch.compiler.is_compiling():
+        return card.store_kv(new_k, new_v, cache.k, cache.v, sm)         # every layer in one launch
     cache.k.index_copy_(1, sm, new_k)
     cache.v.index_copy_(1, sm, new_v)  # every layer at once: [layers, slots, ...] along slots
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 import torch
-from .core import HOST
+from .core import HOST, read_back
 from .model import CausalLM
 from .kvcache import KVCache
 from .attention import SeqChunk, build_metadata, PagedAttention, InvariantPagedAttention, INVARIANT_PAD
 from .attention import DECODE_KERNEL_HEAD_SIZES, decode_kernel as decode_kernel_lib
 from .decode_call import DecodeCall, decode_call_refusal
 from .fast import invariant_refusal
+from . import triton_kernels as card
 from .scheduler import SchedulerOutput, ScheduledRequest, ModelRunnerOutput
 from .sampling import sample, sample_on_device, stop_token_set, argmax_address, row_probs, top_logprobs
 from .speculative import accept_or_resample
@@ -29,6 +30,8 @@ def fixed_order_refusal(model: CausalLM, decode_kernel: bool = True) -> str | No
     """Why the batch-invariant mode cannot run here on its fixed-order kernels: every product one kernel at every row
     count (`invariant_refusal`) and every token's attention through the decode kernel. None: it can."""
     if why := invariant_refusal(model): return why
+    # the card's path: every token's attention is the Triton kernel's, whose bits ignore the batch
+    if card.card_path(model.lm_head.weight): return None
     cfg, dt = model.config, model.dtype
     if not decode_kernel: return "the decode kernel is off (--no-decode-kernel)"
     takes = dt in (torch.float32, torch.bfloat16) and cfg.head_dim in DECODE_KERNEL_HEAD_SIZES
@@ -112,12 +115,14 @@ class ModelRunner:
             positions = torch.cat([positions, torch.zeros(pad, dtype=torch.int64, device=positions.device)])
         # each token's adapter slot (padding: none), for the products' hooks and the decode call
         if self.lora is not None: self.lora.set_rows(adapters, pad_to=input_ids.shape[0])
-        return input_ids.to(self.model.device, non_blocking=True), positions, meta, sample_idx, samplers
+        return card.staged(input_ids, self.model.device), positions, meta, sample_idx, samplers
 
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
         "Forward the step and sample one token for each request whose gap it closes."
         if (got := self.step_logits(out)) is None: return ModelRunnerOutput()
-        return self._sample(*got)
+        logits, scheduled, best = got
+        # the step's one read-back: here, or in the card's sampler
+        return self._sample(logits if self.sample_on_device else read_back(logits), scheduled, best)
 
     def step_logits(self, out: SchedulerOutput) -> tuple[torch.Tensor, list[ScheduledRequest], list[int] | None] | None:
         """Forward the step: the logits of its sampled rows (each sampling request's last position and its proposals'),
@@ -168,7 +173,7 @@ class ModelRunner:
             rows = torch.cat([rows,
                               rows.new_zeros(_pad_to(len(sample_idx), INVARIANT_PAD) - len(sample_idx), rows.shape[1])])
         logits = self.model.compute_logits(rows)[:len(sample_idx)]
-        return logits if self.sample_on_device else logits.cpu()
+        return logits if self.sample_on_device else read_back(logits)
 
     def _sample(self, logits: torch.Tensor, scheduled: list[ScheduledRequest],
                 best: list[int] | None = None) -> ModelRunnerOutput:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import ctypes, functools
 import torch
 from .generate import top_k_top_p, check_sampling
-from .core import RequestError, c_library, kernel_source, named_in_profile, HOST
+from .core import RequestError, c_library, kernel_source, named_in_profile, HOST, read_back
 
 # %% auto #0
 __all__ = ['MAX_LOGPROBS', 'GREEDY_BELOW', 'ARGMAX_C', 'COLUMNS', 'SamplingParams', 'stop_token_set', 'check_request',
@@ -311,13 +311,18 @@ def sample_on_device(logits: torch.Tensor, requests: list, stop_ids: list[set[in
     broken = ~torch.isfinite(x).any(-1) | ~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)    # as sample_row
     tokens = torch.where(greedy & ~broken, x.argmax(-1), torch.where(broken, given.argmax(-1), drawn))
     want = [r.params.logprobs for r in requests]
-    if all(n is None for n in want): return [(t, None) for t in tokens.tolist()]
+    if all(n is None for n in want): return [(t, None) for t in read_back(tokens).tolist()]      # the read-back
     lp = (given if raw is None else raw.float()).log_softmax(-1)
     n = max(w or 0 for w in want)
     top = lp.topk(n) if n else None
     picked = lp.gather(1, tokens[:, None])[:, 0]
-    tokens, picked = tokens.tolist(), picked.tolist()                                   # the read-back
-    values, ids = (top.values.tolist(), top.indices.tolist()) if n else ([[]] * len(requests), [[]] * len(requests))
+    # the read-back, one copy: tokens, their logprobs, the top n's values and ids, side by side in float64 (every id is
+    # exact there, and every float32 logprob)
+    cols = [tokens.double()[:, None], picked.double()[:, None]]
+    if n: cols += [top.values.double(), top.indices.double()]
+    back = read_back(torch.cat(cols, 1)).tolist()
+    tokens, picked = [int(r[0]) for r in back], [r[1] for r in back]
+    values, ids = [r[2:2 + n] for r in back], [[int(i) for i in r[2 + n:]] for r in back]
     out = []
     for i, (t, w) in enumerate(zip(tokens, want)):
         if w is None:
