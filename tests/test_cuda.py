@@ -77,3 +77,44 @@ def test_float32_on_the_card_equals_the_cpu_at_every_position(peaky):
     a, b = (forced_logprobs(e, [ids[:-16]], [ids[-16:]])[0] for e in (cpu, card))
     assert len(a) == len(b) == 16
     assert max(abs(x[t] - y[t]) for x, y in zip(a, b) for t in x.keys() & y.keys()) < 1e-3
+
+def test_the_triton_kernels_match_their_references_on_the_card():
+    """Each Triton kernel compiled for the card against its reference (the interpreter checked the same on the CPU), and
+    a token's attention the same bits alone, in a crowd and inside a prefill chunk: the card's MMA order per row."""
+    from nanoserve import triton_kernels as card
+    g = torch.Generator(device='cuda').manual_seed(0)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        kc, vc = (torch.randn(4096, 8, 128, device='cuda', generator=g).to(dtype) for _ in range(2))
+        table = torch.randperm(4096, device='cuda', generator=g)[:4 * 1024].view(4, 1024).to(torch.int32)
+        pos = torch.tensor([9, 700, 1023] + list(range(300, 340)), device='cuda')
+        rows = torch.tensor([0, 1, 2] + [3] * 40, device='cuda')
+        q = torch.randn(len(pos), 16, 128, device='cuda', generator=g).to(dtype)
+        tiles = card.attention_tiles([(0, 1, 0), (1, 1, 1), (2, 1, 2), (3, 40, 3)], 16, 8, 128, 'cuda')
+        got = card.paged_attention(q, kc, vc, table, tiles, pos, 1024)
+        ref = card.paged_attention_reference(q, kc, vc, table, rows, pos)
+        assert (got.float() - ref.float()).abs().max() < tol, dtype
+        for t in (0, 1, 20):
+            alone = card.paged_attention(q[t:t + 1], kc, vc, table, card.attention_tiles([(0, 1, int(rows[t]))], 16, 8,
+                                         128, 'cuda'), pos[t:t + 1], int(pos[t]) + 1)
+            assert torch.equal(alone, got[t:t + 1]), (dtype, t)
+        x, w = torch.randn(33, 1024, device='cuda', generator=g).to(dtype), torch.randn(3072, 1024, device='cuda',
+                                                                                      generator=g).to(dtype)
+        y = card.fixed_linear(x, w)
+        assert ((y.double() - x.double() @ w.double().T).abs() <= (x.double().abs() @ w.double().abs().T) * 2 ** -7).all()
+        assert all(torch.equal(card.fixed_linear(x[:n], w), y[:n]) for n in (1, 7, 32))
+
+def test_the_card_is_batch_invariant_by_default_and_reads_back_once(peaky):
+    """bfloat16 on the card: the batch-invariant mode on by default through the fixed-order kernels; a seeded request's
+    tokens and logprobs the same bits alone and in a crowd; every step reads the card once (`HostSyncs`)."""
+    from nanoserve.core import HostSyncs
+    from nanoserve.sampling import SamplingParams
+    engine = build_engine(str(peaky), EngineConfig(**CUDA | dict(dtype='bfloat16')), batch=PersistentBatch)
+    assert engine.runner.invariance['how'] == 'fixed-order kernels', engine.runner.invariance
+    seeded = SamplingParams(max_tokens=8, temperature=0.9, seed=7, logprobs=3, ignore_eos=True)
+    alone = engine.generate([PROMPTS[0]], [seeded], use_tqdm=False)[0]
+    crowd = engine.generate(PROMPTS + [PROMPTS[0]], mixed_params()[:3] + [seeded], use_tqdm=False)[-1]
+    assert (alone.token_ids, alone.logprobs) == (crowd.token_ids, crowd.logprobs)
+    for i, p in enumerate(PROMPTS[:2]): engine.add_request(p, seeded, request_id=f's{i}')
+    while engine.has_unfinished():
+        with HostSyncs() as check: outs = engine.step()
+        assert check.syncs == {} and check.read_backs == int(bool(outs)), check.syncs

@@ -70,3 +70,28 @@ def test_random_checkpoint_loads_with_margins_scaled(tiny, tmp_path):
         lp, lw = (transformers.AutoModelForCausalLM.from_pretrained(p)(ids).logits[0, -1] for p in (plain, wide))
     assert torch.equal(lp.argsort(descending=True)[:5], lw.argsort(descending=True)[:5])
     assert torch.allclose(lw, 16 * lp, rtol=1e-3, atol=1e-3)
+
+def test_run_dry_run_walks_every_step_in_seconds(tmp_path):
+    """`run.sh --dry-run` on the CPU: every step's command printed, both checkpoints' shapes built on the meta device
+    (Qwen3-0.6B's: 596M parameters) and nano-vllm's plan drawn (its 256 sequences, 133,966 output tokens)."""
+    env = {**os.environ, 'OUT': str(tmp_path), 'PYTHON': sys.executable}
+    r = subprocess.run(['bash', str(GPU / 'run.sh'), '--dry-run'], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'qwen3, 28 layers, hidden 1024, 16/8 heads, vocab 151936: 596M parameters' in r.stdout
+    assert '"sequences": 256' in r.stdout and '"output_tokens": 133966' in r.stdout
+    for name in ('checkpoint', 'checkpoint-qwen3', 'cuda-tests', 'nanovllm-qwen3', 'batch1-default', 'graph'):
+        assert f'=== {name} (at most' in r.stdout, name
+    assert '--rates 1,2,4,8,16' in r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['log.txt']
+
+def test_nanovllm_workload_runs_and_writes_its_numbers(tiny, tmp_path):
+    "The workload script end to end on a tiny model: its two rows (throughput, batch 1) in the CSV."
+    import csv
+    out = tmp_path / 'nv.csv'
+    r = subprocess.run([sys.executable, str(GPU / 'nanovllm.py'), str(tiny('llama_tied_gqa')), '--num-seqs', '3',
+                        '--min-len', '5', '--max-len', '9', '--batch1-tokens', '3', '--csv', str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert [row['measure'] for row in rows] == ['nano-vllm workload', 'batch 1']
+    assert all(float(row['value']) > 0 for row in rows)

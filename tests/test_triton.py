@@ -53,55 +53,46 @@ def test_card_path_is_batch_invariant(tiny):
     assert alone.token_ids == crowd.token_ids
     assert alone.logprobs == crowd.logprobs
 
-def test_recorded_decode_on_the_card_path_equals_the_eager_step(tiny):
-    """The recorded decode's form (the pool read-only, each row's own K/V beside it, the KV write for every layer in one
-    launch, through the persistent buffers) gives the eager card step's bits: the host recorder replays it as a CUDA
-    graph would."""
-    seeded = SamplingParams(max_tokens=6, temperature=0.9, seed=3, logprobs=2, ignore_eos=True)
-    capture = dict(bucket_decode=True, persist_inputs=True, capture_decode=True, capture_recorder='host', warm_rows=4)
-    outs = []
-    with interpreted_on_cpu():
-        for flags in ({}, capture):
-            engine = build_engine(str(tiny('llama_tied_gqa')), EngineConfig(**CARD, dtype='bfloat16', **flags),
-                                  batch=PersistentBatch)
-            outs.append(engine.generate(PROMPTS, [seeded] * 3, use_tqdm=False))
-    stats = engine.decode_path.stats
-    assert stats.replays > 0
-    assert [o.token_ids for o in outs[0]] == [o.token_ids for o in outs[1]]
-    assert [o.logprobs for o in outs[0]] == [o.logprobs for o in outs[1]]
-
 def test_the_card_path_needs_the_interpreter_where_there_is_no_card(monkeypatch):
     "Asked for without the interpreter, the card's path on the CPU is refused with what to set."
     monkeypatch.setenv('TRITON_INTERPRET', '0')
     with pytest.raises(RuntimeError, match='TRITON_INTERPRET=1'):
         with interpreted_on_cpu(): pass
 
-def steps_under_the_check(engine, params) -> list:
-    "Each step of `params`' requests under its own `HostSyncs`: (syncs, read-backs, whether it gave tokens) a step."
+def steps_under_the_check(engine, params) -> tuple[list, list]:
+    """Each step of `params`' requests under its own `HostSyncs`: (syncs, read-backs, whether it gave tokens) a step,
+    and the requests' outputs."""
     for i, p in enumerate(PROMPTS): engine.add_request(p, params, request_id=f'r{i}')
-    seen = []
+    seen, done = [], {}
     while engine.has_unfinished():
         with HostSyncs() as check: outs = engine.step()
         seen.append((check.syncs, check.read_backs, bool(outs)))
-    return seen
+        done |= {o.request_id: o for o in outs if o.finished}
+    return seen, [done[f'r{i}'] for i in range(len(PROMPTS))]
 
-@pytest.mark.parametrize('recorded', [False, True], ids=['eager', 'recorded'])
-def test_a_card_step_reads_the_device_once(tiny, recorded):
-    """Every step of the card's path (prefill chunks, decodes, eager or through the persistent buffers' recording, the
-    card's sampler with logprobs) reads the device once: its read-back, and nothing before it."""
-    flags = dict(bucket_decode=True, persist_inputs=True, capture_decode=True, capture_recorder='host') if recorded else {}
+def test_a_card_step_reads_the_device_once_and_its_recording_gives_its_bits(tiny):
+    """Every step of the card's path (prefill chunks, decodes, eager or replayed through the persistent buffers as a
+    CUDA graph would be, the card's sampler with logprobs) reads the device once: its read-back, nothing before it.
+    And the recorded decode's form (the pool read-only, each row's own K/V beside it, the KV write for every layer in
+    one launch) gives the eager card step's tokens and logprobs, bit for bit."""
     params = SamplingParams(max_tokens=5, temperature=0.8, seed=2, logprobs=2, top_p=0.9, ignore_eos=True)
+    capture = dict(bucket_decode=True, persist_inputs=True, capture_decode=True, capture_recorder='host', warm_rows=4)
+    results = []
     with interpreted_on_cpu():
-        engine = build_engine(str(tiny('llama_tied_gqa')), EngineConfig(**CARD, dtype='bfloat16', **flags,
-                              max_num_batched_tokens=16), batch=PersistentBatch)
-        engine.runner.sample_on_device = True              # the card's sampler, as a CUDA engine takes it
-        seen = steps_under_the_check(engine, params)
-    # a step that only prefills part of a prompt samples nothing, and reads nothing back
-    assert len(seen) > 5 and all(syncs == {} and backs == int(gave) for syncs, backs, gave in seen), seen
-    if recorded: assert engine.decode_path.stats.replays > 0
+        for flags in ({}, capture):
+            engine = build_engine(str(tiny('llama_tied_gqa')), EngineConfig(**CARD, dtype='bfloat16', **flags,
+                                  max_num_batched_tokens=16), batch=PersistentBatch)
+            engine.runner.sample_on_device = True              # the card's sampler, as a CUDA engine takes it
+            results.append(steps_under_the_check(engine, params))
+    assert engine.decode_path.stats.replays > 0
+    for seen, _ in results:
+        # a step that only prefills part of a prompt samples nothing, and reads nothing back
+        assert len(seen) > 5 and all(syncs == {} and backs == int(gave) for syncs, backs, gave in seen), seen
+    (_, eager), (_, recorded) = results
+    assert [(o.token_ids, o.logprobs) for o in eager] == [(o.token_ids, o.logprobs) for o in recorded]
 
 def test_the_check_sees_a_read_before_the_read_back(tiny):
     "The CPU's own step checks its slot mapping with a read (free there): the check names it, so it is not blind."
     engine = build_engine(str(tiny('llama_tied_gqa')), EngineConfig(**CARD, dtype='bfloat16'), batch=PersistentBatch)
-    seen = steps_under_the_check(engine, SamplingParams(max_tokens=2, ignore_eos=True))
+    seen, _ = steps_under_the_check(engine, SamplingParams(max_tokens=2, ignore_eos=True))
     assert any('nanoserve.attention.build_metadata' in site for syncs, _, _ in seen for site in syncs), seen
