@@ -107,7 +107,7 @@ class PagedAttention(AttentionBackend):
         self.prefill_kernel = prefill_kernel
         self._window = None      # the decodes' (slots, mask), found by the first layer and read by every other one
         self._chunk_slots = None # each prefill chunk's sequence slots (int64), likewise
-        self._tiles = None       # on the card's path: the step's tiles for `triton_kernels.paged_attention`, likewise
+        self._plan = None        # on the card's path: the step's launches of `triton_kernels.paged_attention`, likewise
 
     def decode_window(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """The decodes' window, the same for every layer of the step: slots [nd * width] (width the longest context) and
@@ -133,12 +133,13 @@ class PagedAttention(AttentionBackend):
         m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
         n = m.num_tokens
         card.store_kv(k[:n], v[:n], kc, vc, m.slot_mapping)
-        if self._tiles is None:
-            self._tiles = card.attention_tiles([(c.start, c.num_tokens, c.row) for c in m.chunks], q.shape[1],
-                                               kc.shape[1], q.shape[2], q.device)
-        max_keys = max(c.context_len for c in m.chunks)                    # the host's chunks: no read-back
-        out = card.paged_attention(q[:n], kc, vc, self.cache.slots, self._tiles, m.positions, max_keys)
-        return out if n == q.shape[0] else torch.cat([out, out.new_zeros(q.shape[0] - n, *q.shape[1:])])
+        if self._plan is None:                     # from the host's chunks: nothing read back
+            self._plan = card.attention_plan([(c.start, c.num_tokens, c.row, c.context_len) for c in m.chunks],
+                                             q.shape[1], kc.shape[1], q.shape[2], q.device)
+        outs = [card.paged_attention(q[a:b], kc, vc, self.cache.slots, tiles, m.positions[a:b], keys)
+                for a, b, tiles, keys in self._plan]
+        if n < q.shape[0]: outs.append(q.new_zeros(q.shape[0] - n, *q.shape[1:]))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
     @torch.compiler.disable          # eager even inside compiled layers: its shapes change every step
     def attend(self, layer, q, k, v):

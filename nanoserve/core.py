@@ -243,7 +243,8 @@ class HostSyncs(TorchFunctionMode):
         kwargs = kwargs or {}
         if not (self.after or self.inside or torch.compiler.is_compiling()):
             to_host = (func is torch.Tensor.to and args and isinstance(args[0], torch.Tensor) and args[0].device != HOST
-                       and any(str(a) == 'cpu' for a in (*args[1:], kwargs.get('device')) if a is not None))
+                       and any(isinstance(a, (str, torch.device)) and torch.device(a).type == 'cpu'
+                               for a in (*args[1:], kwargs.get('device'))))
             caller = inspect.currentframe().f_back
             if (func in READS or to_host) and caller.f_globals.get('__name__', '').startswith('nanoserve.'):
                 site = f"{caller.f_globals['__name__']}.{caller.f_code.co_name}:{caller.f_lineno} {func.__name__}"
