@@ -5,8 +5,9 @@
 # install the carried wheels; build random-weight checkpoints of the default model's shape and of Qwen3-0.6B's (the model
 # nano-vllm reports on; bfloat16, the final norm scaled so logits have margins: checkpoint.py); the CUDA tests (pytest -m
 # cuda); nano-vllm's workload (256 sequences, prompts and outputs of 100-1,024 tokens) and batch 1's ms a token on the
-# Qwen3 shape, with the batch-invariant mode (the default) and without; batch 1 on the default shape; the graph bench's
-# seven checks at 1, 2, 4, 8 and 16 requests a second; then, while time is left, the offline bench against transformers.
+# Qwen3 shape with the batch-invariant mode (the default); the graph bench's seven checks at 1, 2, 4, 8 and 16 requests a
+# second; batch 1 on the default shape; the Qwen3 workload without the mode (its cost); then, while time is left, the
+# offline bench against transformers.
 # Everything under $OUT: log.txt, the CSVs, the plot, gpu.txt (card, driver, torch). A step that fails or runs out of
 # time is logged with its exit code; the next one runs. Without a GPU it refuses at once, installing nothing (exit 2).
 # --dry-run (here, on the CPU): every step's command printed, the checkpoints' shapes built on the meta device and the
@@ -67,11 +68,11 @@ step checkpoint-qwen3 90 $PY bench/gpu/checkpoint.py $SRC $QWEN --dtype bfloat16
 step cuda-tests 100 $PY -m pytest -q -x -m cuda -p no:cacheprovider tests/test_cuda.py
 step nanovllm-qwen3 120 $PY bench/gpu/nanovllm.py $QWEN $CARD --max-batch-size 256 --max-num-batched-tokens 16384 \
   --label qwen3-0.6b --csv "$OUT/nanovllm.csv"
-step nanovllm-qwen3-variant 90 $PY bench/gpu/nanovllm.py $QWEN $CARD --max-batch-size 256 --max-num-batched-tokens 16384 \
-  --no-batch-invariant --label qwen3-0.6b-no-batch-invariant --csv "$OUT/nanovllm.csv"
-step batch1-default 40 $PY bench/gpu/nanovllm.py $MODEL $CARD --num-seqs 0 --label smollm2-135m --csv "$OUT/nanovllm.csv"
 step graph 120 nanoserve bench graph --model $MODEL --arms eager,cuda_graph --rates 1,2,4,8,16 --num-requests 16 \
   --serve-args "--dtype bfloat16 --max-batch-size 16 --max-model-len 1024" --csv "$OUT/graphbench_cuda.csv"
+step batch1-default 40 $PY bench/gpu/nanovllm.py $MODEL $CARD --num-seqs 0 --label smollm2-135m --csv "$OUT/nanovllm.csv"
+step nanovllm-qwen3-variant 90 $PY bench/gpu/nanovllm.py $QWEN $CARD --max-batch-size 256 --max-num-batched-tokens 16384 \
+  --no-batch-invariant --label qwen3-0.6b-no-batch-invariant --csv "$OUT/nanovllm.csv"
 step offline-256 100 nanoserve bench offline --model $MODEL --device cuda --dtypes bfloat16 --cuda-graphs --max-model-len 1024 \
   --num-requests 256 --max-batch-size 256 --compare-transformers --hf-batch-size 256 --batch1-requests 4 --csv "$OUT/offline_256.csv"
 [ $DRY = 0 ] && cp bench/results/graphbench*.png "$OUT/" 2>/dev/null
