@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
 
-.PHONY: install install-test install-dev demo serve test stress export check-export lint pytest browser lb site preview screenshots readme clean
+.PHONY: install install-test install-dev demo serve test stress hosts export check-export lint pytest browser lb site preview screenshots readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,7 +53,7 @@ check-export: export
 # Two workers on two cores: one thread each (two 2-thread OpenMP pools on two cores spin against each other). The tests
 # marked `stress` (their outcome depends on the order requests reach a server) run in `make stress` only.
 pytest: install-test
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider -m "not stress" tests nbs
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider -m "not stress and not hosts" tests nbs
 
 # The house style (CONTRIBUTING.md): the ruff profile in pyproject.toml, on the package and the notebooks.
 lint: install-test
@@ -114,6 +114,10 @@ readme: install-test
 
 clean:
 	rm -rf $(VENV) _site _proc
+
+# The tests that build network namespaces as hosts (tests/test_hosts.py: root and iproute2), apart while they grow.
+hosts: install-test
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m hosts tests/test_hosts.py
 
 # The whole suite three times in a row, each under an extra busy core (CI runs under load: a flaky test is a bug), the tests
 # marked `stress` included.
