@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
 
-.PHONY: install install-test install-dev demo serve test stress hosts export check-export lint pytest browser lb site preview screenshots readme clean
+.PHONY: install install-test install-dev demo serve test stress hosts fault-table export check-export lint pytest browser lb site preview screenshots readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,9 +51,10 @@ check-export: export
 	  git status --porcelain -- nanoserve; exit 1; fi
 
 # Two workers on two cores: one thread each (two 2-thread OpenMP pools on two cores spin against each other). The tests
-# marked `stress` (their outcome depends on the order requests reach a server) run in `make stress` only.
+# marked `stress` (their outcome depends on the order requests reach a server) run in `make stress` only. The tests marked
+# `hosts` (tests/test_hosts.py: network namespaces as hosts, about 90 s) run here; without root or iproute2 they skip.
 pytest: install-test
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider -m "not stress and not hosts" tests nbs
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider -m "not stress" tests nbs
 
 # The house style (CONTRIBUTING.md): the ruff profile in pyproject.toml, on the package and the notebooks.
 lint: install-test
@@ -77,7 +78,7 @@ endef
 browser:
 	$(call apt_install,chromium,tests/test_browser.py)
 
-# tests/test_replicas.py runs two replicas behind HAProxy (deploy/haproxy.cfg).
+# tests/test_replicas.py and tests/test_hosts.py run two replicas behind HAProxy (deploy/haproxy.cfg).
 lb:
 	$(call apt_install,haproxy,tests/test_replicas.py)
 
@@ -115,9 +116,14 @@ readme: install-test
 clean:
 	rm -rf $(VENV) _site _proc
 
-# The tests that build network namespaces as hosts (tests/test_hosts.py: root and iproute2), apart while they grow.
-hosts: install-test
+# The tests that build network namespaces as hosts (tests/test_hosts.py: root and iproute2), alone.
+hosts: install-test lb
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m hosts tests/test_hosts.py
+
+# The fault table of nbs/19_hosts.ipynb: the same tests, each fault case writing its row.
+fault-table: install-test lb
+	NANOSERVE_FAULT_TABLE=bench/results/hosts/faults.csv OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -s \
+	  -p no:cacheprovider -m hosts tests/test_hosts.py
 
 # The whole suite three times in a row, each under an extra busy core (CI runs under load: a flaky test is a bug), the tests
 # marked `stress` included.

@@ -153,6 +153,11 @@ class EngineConfig:
     tensor_parallel_size: int = _flag(1, "processes the model is split across: each holds 1/N of the heads, MLP "
                                       "columns, vocabulary and KV pool; gloo on CPU; the others start here, or under "
                                       "torchrun on several machines")
+    tensor_parallel_timeout: float | None = _flag(None, "seconds a rank of a split model waits for a silent one "
+                                                  "(stopped, or its host cut off) before the engine fails its requests "
+                                                  "and /health turns 503; rank 0 sends a heartbeat after a quarter of "
+                                                  "it without a step, and a worker that hears nothing for that long "
+                                                  "exits (default 60, or $NANOSERVE_TP_STEP_TIMEOUT)")
     speculative: str = _flag('none', "none, ngram or draft: propose a request's next tokens from n-grams of its own "
                              "prompt and output (prompt lookup decoding), or with a draft model (--draft-model), and "
                              "check them in one step of the model: greedy output is unchanged, token for token; "
@@ -406,7 +411,8 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
     if config.tensor_parallel_size > 1:
         quantized = quantize and config.quantization != 'none'
         q = quantize_spec(quantize, config.quantization, config.quant_group_size) if quantized else None
-        model = load_sharded(path, config.tensor_parallel_size, dtype=dtype, device=config.device,
+        model = load_sharded(path, config.tensor_parallel_size, config.tensor_parallel_timeout, dtype=dtype,
+                             device=config.device,
                              max_positions=config.max_model_len, fuse=config.fuse_projections, one_row=config.gemv,
                              pack=config.pack_weights, amx=config.amx_linear, small_ops=config.small_ops, quantize=q,
                              invariant=config.batch_invariant is not False)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/19_parallel.ipynb #656d5ab8
 from __future__ import annotations
-import datetime, importlib, json, os, signal, subprocess, sys, threading
+import datetime, importlib, json, os, signal, socket, subprocess, sys, threading, time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace, fields
 from pathlib import Path
@@ -25,12 +25,13 @@ from .runner import ModelRunner
 from .scheduler import SchedulerOutput, ModelRunnerOutput
 
 # %% auto #0
-__all__ = ['COLUMN_PARALLEL', 'ROW_PARALLEL', 'VOCAB_PARALLEL', 'STEP_TIMEOUT', 'IDLE', 'WORKER_MAIN', 'STEP', 'STOP',
-           'LOAD_KEYS', 'tensor_parallel_sizes', 'check_tensor_parallel_size', 'shard_config', 'Shard', 'shard_of',
-           'read_shard', 'all_reduce_sum', 'SumOverRanks', 'VocabParallelEmbedding', 'GatherVocab', 'WorkerDied',
-           'TensorParallel', 'rank_from_env', 'worker_threads', 'start_group', 'close_group', 'load_shard',
-           'import_function', 'quantize_spec', 'load_sharded', 'gather_sizes', 'ranks_released_on_error',
-           'ShardedRunner', 'make_runner', 'tensor_parallel_info', 'serve_rank', 'worker_main']
+__all__ = ['COLUMN_PARALLEL', 'ROW_PARALLEL', 'VOCAB_PARALLEL', 'STEP_TIMEOUT', 'LOAD_TIMEOUT', 'IDLE', 'HEARTBEATS',
+           'WORKER_MAIN', 'STEP', 'STOP', 'PING', 'LOAD_KEYS', 'tensor_parallel_sizes', 'check_tensor_parallel_size',
+           'shard_config', 'Shard', 'shard_of', 'read_shard', 'all_reduce_sum', 'SumOverRanks',
+           'VocabParallelEmbedding', 'GatherVocab', 'WorkerDied', 'local_address', 'TensorParallel', 'rank_from_env',
+           'worker_threads', 'start_group', 'start_heartbeat', 'close_group', 'load_shard', 'import_function',
+           'quantize_spec', 'load_sharded', 'gather_sizes', 'ranks_released_on_error', 'ShardedRunner', 'make_runner',
+           'tensor_parallel_info', 'serve_rank', 'worker_main']
 
 # %% ../nbs/19_parallel.ipynb #f537cb94
 def tensor_parallel_sizes(cfg: ModelConfig) -> list[int]:
@@ -107,7 +108,9 @@ def read_shard(h, name: str, s: Shard) -> torch.Tensor:
 def all_reduce_sum(x: torch.Tensor, tp) -> torch.Tensor:
     "`x` summed over the ranks of `tp` (a `TensorParallel`, below), added in float32 and rounded once to `x`'s dtype."
     y = x.float().contiguous()
-    dist.all_reduce(y, group=tp.step)
+    opts = dist.AllreduceOptions()
+    opts.timeout = datetime.timedelta(seconds=tp.timeout)          # the group's own call: its timeout per exchange
+    tp.step.allreduce([y], opts).wait()
     return y.to(x.dtype)
 
 class SumOverRanks(nn.Module):
@@ -142,25 +145,43 @@ class GatherVocab(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         part = head_logits(self.head, hidden).contiguous()           # [rows, vocab / world], float32 sums
         parts = [torch.empty_like(part) for _ in range(self.tp.world)]
-        dist.all_gather(parts, part, group=self.tp.step)
+        self.tp.step.allgather(parts, part, datetime.timedelta(seconds=self.tp.timeout)).wait()
         return torch.cat(parts, -1)[:, :self.vocab_size]             # the last rank's padding rows dropped
 
 # %% ../nbs/19_parallel.ipynb #9264e243
 class WorkerDied(NanoserveError, RuntimeError):
     "A tensor-parallel rank died or failed: the engine cannot step without its shard."
 
-# seconds any exchange of a step may wait for a rank that is alive but stuck (a dead one fails at once)
-STEP_TIMEOUT = float(os.environ.get('NANOSERVE_TP_STEP_TIMEOUT', 300))
-IDLE = 365 * 86400.0      # seconds a worker waits for rank 0's next command: as long as the server idles
+# seconds any exchange between the ranks may wait for one that is silent (stuck, or cut off without a reset): a
+# step's sums, rank 0's commands, and a worker's wait for the next command or heartbeat (--tensor-parallel-timeout)
+STEP_TIMEOUT = float(os.environ.get('NANOSERVE_TP_STEP_TIMEOUT', 60))
+LOAD_TIMEOUT = 600.0      # seconds the ranks wait for each other while they load their shards and build their pools
+IDLE = 365 * 86400.0      # a group's own timeout, never reached: every exchange passes its own
+HEARTBEATS = 4            # rank 0 sends a heartbeat after a quarter of the timeout without a command
 
-def _gloo(store, prefix: str, rank: int, world: int, seconds: float):
-    return dist.ProcessGroupGloo(dist.PrefixStore(f'nanoserve/{prefix}', store), rank, world,
-                                 datetime.timedelta(seconds=seconds))
+def local_address(master: str, port: int) -> str:
+    """This host's address on the route to `master` (rank 0's address): the one its gloo connections are made from.
+    A UDP socket connected to it chooses the route and sends nothing."""
+    family, kind, _, _, target = socket.getaddrinfo(master, port, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, kind) as s:
+        s.connect(target)
+        return s.getsockname()[0]
+
+def _gloo(store, prefix: str, rank: int, world: int, seconds: float, addr: str):
+    """A gloo group over `store` whose connections go from `addr` (or from the interface `GLOO_SOCKET_IFNAME` names,
+    when it is set)."""
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout = datetime.timedelta(seconds=seconds)
+    iface = os.environ.get('GLOO_SOCKET_IFNAME')
+    device = dist.ProcessGroupGloo.create_device(interface=iface) if iface else \
+        dist.ProcessGroupGloo.create_device(hostname=addr)
+    opts._devices = [device]
+    return dist.ProcessGroupGloo(dist.PrefixStore(f'nanoserve/{prefix}', store), rank, world, opts)
 
 @dataclass
 class TensorParallel:
-    """This process's place in a tensor-parallel group: its rank, the step group (finite timeout) and the command group,
-    on which a worker waits for as long as the server idles."""
+    """This process's place in a tensor-parallel group: its rank, the step group (the sums inside a forward) and the
+    command group (rank 0's broadcasts of what to run, and its heartbeats); every exchange fails after `timeout`."""
     rank: int
     world: int
     # a gloo process group: the all-reduces and the gather inside a forward
@@ -175,6 +196,11 @@ class TensorParallel:
     # rank 0's torch threads before it shared the machine with its workers
     threads: int | None = None
     died: threading.Event = field(default_factory=threading.Event)   # set when any worker process exits
+    timeout: float = STEP_TIMEOUT                     # seconds an exchange waits for a silent rank
+    # rank 0: held while a command goes out and its step runs, so that a heartbeat goes out only between steps
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_command: float = 0.0                         # rank 0: time.monotonic() of its last broadcast
+    quiet: threading.Event = field(default_factory=threading.Event)  # set when rank 0 closes: the heartbeat ends
 
     @classmethod
     def connect(cls, rank: int, world: int, addr: str, port: int, store=None, timeout: float = 120.0) -> TensorParallel:
@@ -184,17 +210,20 @@ class TensorParallel:
             store = dist.TCPStore(addr, port, world, is_master=rank == 0 and not agent,
                                   timeout=datetime.timedelta(seconds=timeout),
                                   wait_for_workers=False)
-        return cls(rank, world, _gloo(store, 'step', rank, world, STEP_TIMEOUT),
-                   _gloo(store, 'command', rank, world, IDLE), store=store)
+        # on several hosts: connections from the address that reaches rank 0's, not whatever the hostname resolves to
+        me = local_address(addr, port)
+        return cls(rank, world, _gloo(store, 'step', rank, world, IDLE, me),
+                   _gloo(store, 'command', rank, world, IDLE, me), store=store)
 
-    def broadcast(self, t: torch.Tensor, seconds: float = STEP_TIMEOUT) -> torch.Tensor:
-        """Rank 0's `t` on every rank (in place), over the command group; failing after `seconds` (only a worker's wait
-        for the next command is long)."""
+    def broadcast(self, t: torch.Tensor, seconds: float | None = None) -> torch.Tensor:
+        """Rank 0's `t` on every rank (in place), over the command group; failing after `seconds` (default: the
+        group's timeout)."""
         opts = dist.BroadcastOptions()
         opts.rootRank = 0
-        opts.timeout = datetime.timedelta(seconds=seconds)
+        opts.timeout = datetime.timedelta(seconds=self.timeout if seconds is None else seconds)
         # the group's own call: the functional form wants a group registered globally
         self.command.broadcast([t], opts).wait()
+        if self.rank == 0: self.last_command = time.monotonic()
         return t
 
     def send_json(self, obj: dict):
@@ -203,9 +232,9 @@ class TensorParallel:
         self.broadcast(torch.tensor([data.numel()]))
         self.broadcast(data)
 
-    def recv_json(self) -> dict:
-        "A worker: the object rank 0 sent with `send_json`."
-        n = int(self.broadcast(torch.zeros(1, dtype=torch.int64)))
+    def recv_json(self, seconds: float | None = None) -> dict:
+        "A worker: the object rank 0 sent with `send_json`, waited for `seconds` at most (default: the timeout)."
+        n = int(self.broadcast(torch.zeros(1, dtype=torch.int64), seconds))
         return json.loads(bytes(self.broadcast(torch.empty(n, dtype=torch.uint8)).tolist()))
 
 # %% ../nbs/19_parallel.ipynb #6e5e06fa
@@ -264,7 +293,30 @@ def start_group(world: int) -> TensorParallel:
     return tp
 
 # %% ../nbs/19_parallel.ipynb #c45d86be
-STEP, STOP = 1, 2          # what rank 0's header tells the workers to do
+STEP, STOP, PING = 1, 2, 3          # what rank 0's header tells the workers to do; PING: nothing, I am here
+
+def _heartbeat(tp: TensorParallel):
+    """Rank 0, between steps: a PING to the workers after a quarter of the timeout without a command. A worker cut off,
+    stopped or gone does not take it (a gloo send completes when the receiver has it), and that is a fault, seen while
+    the server idles; the workers, for their part, hear from rank 0 at least that often."""
+    interval = tp.timeout / HEARTBEATS
+    while not tp.quiet.wait(interval):
+        if tp.closed or tp.fault is not None: return
+        if time.monotonic() - tp.last_command < interval: continue
+        if not tp.lock.acquire(blocking=False): continue           # a step is running: its exchanges say enough
+        try: tp.broadcast(torch.tensor([PING, 0, 0, 0, 0, 0]))
+        except RuntimeError as e:
+            _wait_for_fault(tp)                                     # a worker that exited: its watcher names it
+            if not tp.closed and tp.fault is None:
+                tp.fault = WorkerDied(f"a tensor-parallel worker did not take rank 0's heartbeat within "
+                                      f"{tp.timeout:g} s ({e}): it is stopped, gone or cut off; restart the server")
+            return
+        finally: tp.lock.release()
+
+def start_heartbeat(tp: TensorParallel):
+    "Rank 0, once every rank serves steps: send heartbeats between them until the group closes."
+    tp.last_command = time.monotonic()
+    threading.Thread(target=_heartbeat, args=(tp,), name='nanoserve-tp-heartbeat', daemon=True).start()
 
 @torch.no_grad()
 def close_group(tp: TensorParallel, timeout: float = 30.0, kill: bool = False):
@@ -272,13 +324,16 @@ def close_group(tp: TensorParallel, timeout: float = 30.0, kill: bool = False):
     (killing any that outlive `timeout`), drop the groups. Safe to call twice."""
     if tp.closed: return
     tp.closed = True
+    tp.quiet.set()
     # after a fault the survivors may sit in a collective that never completes
     kill = kill or tp.fault is not None
     for p in tp.workers if kill else ():
         if p.poll() is None: p.kill()
-    if not kill:
-        try: tp.broadcast(torch.tensor([STOP, 0, 0, 0, 0, 0]), seconds=min(STEP_TIMEOUT, 30.0))
+    # a heartbeat going out: the STOP follows it
+    if not kill and tp.lock.acquire(timeout=min(tp.timeout, 30.0)):
+        try: tp.broadcast(torch.tensor([STOP, 0, 0, 0, 0, 0]), seconds=min(tp.timeout, 30.0))
         except RuntimeError: pass      # a worker is gone or stuck: waited on, then killed, below
+        finally: tp.lock.release()
     for p in tp.workers:
         try: p.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -342,11 +397,14 @@ def quantize_spec(fn, mode: str, group_size: int | None) -> dict:
                           "pass a module-level function")
     return {'function': spec, 'mode': mode, 'group_size': group_size}
 
-def load_sharded(path: str | Path, world: int, **kw) -> CausalLM:
+def load_sharded(path: str | Path, world: int, timeout: float | None = None, **kw) -> CausalLM:
     """Rank 0: check that `world` splits the model, start (or join) the other ranks, have every rank load its shard, and
-    return rank 0's."""
+    return rank 0's. `timeout`: seconds an exchange between ranks waits for a silent one (default `STEP_TIMEOUT`)."""
     check_tensor_parallel_size(full := ModelConfig.from_dir(path), world)    # refused before any process starts
     if bad := set(kw) - set(LOAD_KEYS): raise TypeError(f"unknown arguments {sorted(bad)}")
+    if timeout is not None and not timeout > 0:
+        raise ConfigError(f"--tensor-parallel-timeout {timeout}: give the seconds a rank waits for a silent one, "
+                          f"more than 0 (default {STEP_TIMEOUT:g})")
     if (q := kw.get('quantize')) and q['mode'] in ('int4', 'w4a8') and (g := q['group_size']):
         shard = shard_config(full, world)
         if widths := sorted({w for w in (shard.hidden_size, shard.intermediate_size, shard.q_size) if w % g}):
@@ -360,8 +418,10 @@ def load_sharded(path: str | Path, world: int, **kw) -> CausalLM:
                               f"layers take {', '.join(map(str, widths))}: use --quantization "
                               f"{'int8' if q['mode'] == 'w8a8' else 'int4'} or another --tensor-parallel-size")
     tp = start_group(world)
+    tp.timeout = timeout or STEP_TIMEOUT
     try:
-        tp.send_json({'path': str(Path(path).resolve()), **{k: (str(v) if k == 'dtype' else v) for k, v in kw.items()}})
+        tp.send_json({'path': str(Path(path).resolve()), 'timeout': tp.timeout,
+                      **{k: (str(v) if k == 'dtype' else v) for k, v in kw.items()}})
         model = load_shard(path, tp, **kw)
         tp.weight_bytes = gather_sizes(tp, weight_bytes(model))               # a barrier too: every rank has loaded
     except BaseException as e:
@@ -372,9 +432,9 @@ def load_sharded(path: str | Path, world: int, **kw) -> CausalLM:
     return model
 
 def gather_sizes(tp: TensorParallel, n: int) -> list[int]:
-    "Every rank's `n`, in rank order (each rank calls it)."
+    "Every rank's `n`, in rank order (each rank calls it; a barrier, waiting as long as a load may take)."
     parts = [torch.zeros(1, dtype=torch.int64) for _ in range(tp.world)]
-    dist.all_gather(parts, torch.tensor([n]), group=tp.step)
+    tp.step.allgather(parts, torch.tensor([n]), datetime.timedelta(seconds=LOAD_TIMEOUT)).wait()
     return [int(p) for p in parts]
 
 @contextmanager
@@ -424,6 +484,7 @@ class ShardedRunner(ModelRunner):
                            'batch_invariant': self.batch_invariant, 'decode_kernel': decode_kernel,
                            'decode_call': decode_call, 'prefill_kernel': prefill_kernel,
                            'check_devices': check_devices})
+        start_heartbeat(self.tp)
 
     @property
     def fault(self) -> BaseException | None: return self.tp.fault
@@ -434,8 +495,10 @@ class ShardedRunner(ModelRunner):
         if out.is_empty: return ModelRunnerOutput()
         input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)
         try:
-            for t in _pack_step(input_ids, positions, meta.chunks, sample_idx, self.cache.slots): self.tp.broadcast(t)
-            logits = self.logits(input_ids, positions, meta, sample_idx)
+            with self.tp.lock:                                      # no heartbeat between a step's command and its sums
+                for t in _pack_step(input_ids, positions, meta.chunks, sample_idx, self.cache.slots):
+                    self.tp.broadcast(t)
+                logits = self.logits(input_ids, positions, meta, sample_idx)
         except RuntimeError as e:                                   # gloo: a peer reset the connection, or timed out
             _wait_for_fault(self.tp)
             if self.tp.fault is None:
@@ -468,26 +531,35 @@ def tensor_parallel_info(model: CausalLM) -> dict:
 def serve_rank(tp: TensorParallel) -> int:
     """A worker's life: load the shard rank 0 names, build its part of the KV pool, then run every step rank 0
     broadcasts until told to stop."""
-    setup = tp.recv_json()
+    setup = tp.recv_json(LOAD_TIMEOUT)
+    tp.timeout = setup.pop('timeout', STEP_TIMEOUT)
     torch.set_num_threads(int(os.environ.get('OMP_NUM_THREADS') or torch.get_num_threads()))
     model = load_shard(setup.pop('path'), tp, **setup)
     gather_sizes(tp, weight_bytes(model))                                 # the barrier after loading
-    spec = tp.recv_json()
+    spec = tp.recv_json(LOAD_TIMEOUT)
     cache = KVCache(model.config, KVPoolPlan(**spec['plan']), spec['max_batch_size'], spec['max_model_len'])
     runner = ModelRunner(model, cache, batch_invariant=spec['batch_invariant'], decode_kernel=spec['decode_kernel'],
                          decode_call=spec['decode_call'], prefill_kernel=spec['prefill_kernel'])
     steps, checking = 0, DeviceDiscipline if spec.get('check_devices') else nullcontext
     with torch.inference_mode():
         while True:
-            head = tp.broadcast(torch.zeros(6, dtype=torch.int64, device=HOST), seconds=IDLE)     # gloo: host tensors
+            try: head = tp.broadcast(torch.zeros(6, dtype=torch.int64, device=HOST))    # gloo: host tensors
+            except RuntimeError as e:
+                raise WorkerDied(f"rank 0 sent no step and no heartbeat for {tp.timeout:g} s, or its connection broke "
+                                 f"({e}): it is gone or cut off, and this shard serves nothing without it") from e
+            if int(head[0]) == PING: continue
             if int(head[0]) == STOP: return steps
             _, T, n, S, R, W = head.tolist()
-            payload = tp.broadcast(torch.empty(2 * T + 4 * n + S + R * W, dtype=torch.int64, device=HOST))
-            with checking():
-                input_ids, positions, chunks, sample_idx, window = _unpack_step(head, payload)
-                cache.slots[:R, :W] = window.to(cache.slots)
-                meta = build_metadata(chunks, cache)
-                runner.logits(input_ids.to(model.device), positions.to(model.device), meta, sample_idx)
+            try:
+                payload = tp.broadcast(torch.empty(2 * T + 4 * n + S + R * W, dtype=torch.int64, device=HOST))
+                with checking():
+                    input_ids, positions, chunks, sample_idx, window = _unpack_step(head, payload)
+                    cache.slots[:R, :W] = window.to(cache.slots)
+                    meta = build_metadata(chunks, cache)
+                    runner.logits(input_ids.to(model.device), positions.to(model.device), meta, sample_idx)
+            except RuntimeError as e:                  # gloo: another rank reset the connection, or was silent too long
+                raise WorkerDied(f"a step failed ({e}): another rank is gone, stuck or cut off, and rank 0 fails "
+                                 "its requests; this rank exits") from e
             steps += 1
 
 def worker_main() -> int:

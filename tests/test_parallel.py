@@ -7,7 +7,7 @@ import httpx, openai, pytest, torch
 from nanoserve.core import ConfigError
 from nanoserve.engine import Engine
 from nanoserve.launch import build_engine
-from nanoserve.loadgen import spawn_server, free_port
+from nanoserve.loadgen import spawn_server, free_port, wait_healthy
 from nanoserve.parallel import load_sharded, tensor_parallel_sizes, WorkerDied
 from nanoserve.config import ModelConfig
 from nanoserve.sampling import SamplingParams
@@ -206,3 +206,47 @@ def test_torchrun_recipe_on_loopback(peaky):
     got = [json.loads(l)['token_ids'] for l in r.stdout.splitlines() if l.startswith('{')]
     assert got == [json.loads(l)['token_ids'] for l in one.stdout.splitlines()] and len(got) == 2
 
+
+def ranks_on_loopback(model, port: int, *flags, timeout: int = 4):
+    """Rank 1 of a 2-rank split as a user on two machines starts it (`nanoserve serve` with RANK, WORLD_SIZE, MASTER_ADDR
+    and MASTER_PORT), both 'machines' on loopback; rank 0 is started by the caller with the same variables."""
+    env = {**os.environ, 'WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'OMP_NUM_THREADS': '1'}
+    args = ['--dtype', 'float32', '--served-model-name', 'tiny', '--tensor-parallel-size', '2', '--tensor-parallel-timeout', str(timeout), *flags]
+    worker = subprocess.Popen([NANOSERVE, 'serve', '--model', str(model), '--port', '0', *args], env={**env, 'RANK': '1', 'LOCAL_RANK': '1'},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return worker, args, {'WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'RANK': '0', 'LOCAL_RANK': '0'}
+
+def test_heartbeat_sees_a_stopped_worker_while_idle(peaky):
+    """Under a launcher rank 0 holds no handle on the worker's process: a worker stopped (SIGSTOP) while the server idles is
+    seen by rank 0's heartbeat, which it does not take, and /health turns 503 naming it; no request has to fail first."""
+    worker, args, env = ranks_on_loopback(peaky, free_port())
+    try:
+        with spawn_server(peaky, *args, env=env) as (url, _):
+            assert httpx.get(url + '/health').json()['tensor_parallel']['launched_by'] == 'torchrun'
+            assert completions(url, ['hello'], max_tokens=4, temperature=0)
+            worker.send_signal(signal.SIGSTOP)
+            assert 'heartbeat' in dead_health(url, timeout=120)['error']
+    finally:
+        worker.kill()
+        worker.wait(30)
+
+def test_worker_exits_when_rank0_falls_silent(peaky):
+    """Rank 0 stopped (SIGSTOP), its connections open: no reset reaches the worker, which hears no step and no heartbeat for
+    --tensor-parallel-timeout seconds and exits by itself, saying why, rather than waiting as long as a server idles."""
+    worker, args, env = ranks_on_loopback(peaky, free_port())
+    port = free_port()
+    rank0 = subprocess.Popen([NANOSERVE, 'serve', '--model', str(peaky), *args, '--port', str(port)], env={**os.environ, **env, 'OMP_NUM_THREADS': '1'},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f'http://127.0.0.1:{port}'
+        wait_healthy(url, rank0, 300, '/health', lambda: '')
+        assert completions(url, ['hello'], max_tokens=4, temperature=0)
+        rank0.send_signal(signal.SIGSTOP)
+        code = worker.wait(120)
+        assert code == 1 and 'sent no step and no heartbeat' in worker.stderr.read()
+    finally:
+        rank0.send_signal(signal.SIGCONT)
+        rank0.kill()
+        rank0.wait(30)
+        worker.kill()
+        worker.wait(30)

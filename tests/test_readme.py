@@ -15,7 +15,9 @@ FENCE = re.compile(r'^```(\w*)\n(.*?)^```$', re.M | re.S)
 BLOCKS = [(lang or 'python', code) for lang, code in FENCE.findall(README)]   # an unlabelled block is a notebook code cell: Python
 SHELL = [code for lang, code in BLOCKS if lang in ('bash', 'sh')]
 SERVER = [code for code in SHELL if 'make serve' in code]
-CLIENTS = [code for code in SHELL if 'make serve' not in code]
+# the two-machine commands of the deployment section: tests/test_hosts.py runs them on two test hosts
+TWO_HOSTS = [code for code in SHELL if code.startswith('# two machines:')]
+CLIENTS = [code for code in SHELL if 'make serve' not in code and code not in TWO_HOSTS]
 PYTHON = [code for lang, code in BLOCKS if lang == 'python']
 QUESTION = 'What is the capital of France? Answer in one sentence.'
 
@@ -25,6 +27,10 @@ def test_the_readme_has_only_runnable_examples():
     for code in CLIENTS + PYTHON:
         for addr in re.findall(r'https?://[\w.]+:\d+', code): assert addr == BASE, f'an example talks to {addr}, not {BASE}'
     assert sum(BASE in code for code in CLIENTS) >= 2 and sum(BASE in code for code in PYTHON) >= 2   # curl, chat; openai twice
+    assert len(TWO_HOSTS) == 1 and TWO_HOSTS[0].count('torchrun ') == 2, 'one block of two-machine commands, run elsewhere'
+    import test_hosts
+    assert test_hosts.readme_two_host_commands() == [' '.join(c.replace('\\\n', ' ').split())
+                                                     for c in re.findall(r'^torchrun .*?(?<!\\)$', TWO_HOSTS[0], re.M | re.S)]
 
 @pytest.fixture(scope='module')
 def server(default_model):
