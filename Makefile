@@ -52,7 +52,7 @@ check-export: export
 
 # Two workers on two cores: one thread each (two 2-thread OpenMP pools on two cores spin against each other). The tests
 # marked `stress` (their outcome depends on the order requests reach a server) run in `make stress` only. The tests marked
-# `hosts` (tests/test_hosts.py: network namespaces as hosts, about 90 s) run here; without root or iproute2 they skip.
+# `hosts` (tests/test_hosts.py: network namespaces as hosts, about 2 minutes) run here; without root or iproute2 they skip.
 pytest: install-test
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider -m "not stress" tests nbs
 

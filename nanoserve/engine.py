@@ -412,9 +412,9 @@ def load_parts(model: str | Path | CausalLM, tokenizer: Tokenizer | None, config
         quantized = quantize and config.quantization != 'none'
         q = quantize_spec(quantize, config.quantization, config.quant_group_size) if quantized else None
         model = load_sharded(path, config.tensor_parallel_size, config.tensor_parallel_timeout, dtype=dtype,
-                             device=config.device,
-                             max_positions=config.max_model_len, fuse=config.fuse_projections, one_row=config.gemv,
-                             pack=config.pack_weights, amx=config.amx_linear, small_ops=config.small_ops, quantize=q,
+                             device=config.device, max_positions=config.max_model_len,
+                             fuse=config.fuse_projections, one_row=config.gemv, pack=config.pack_weights,
+                             amx=config.amx_linear, small_ops=config.small_ops, quantize=q,
                              invariant=config.batch_invariant is not False)
     else:
         quantized = quantize and config.quantization != 'none'

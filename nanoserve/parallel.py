@@ -25,13 +25,13 @@ from .runner import ModelRunner
 from .scheduler import SchedulerOutput, ModelRunnerOutput
 
 # %% auto #0
-__all__ = ['COLUMN_PARALLEL', 'ROW_PARALLEL', 'VOCAB_PARALLEL', 'STEP_TIMEOUT', 'LOAD_TIMEOUT', 'IDLE', 'HEARTBEATS',
-           'WORKER_MAIN', 'STEP', 'STOP', 'PING', 'LOAD_KEYS', 'tensor_parallel_sizes', 'check_tensor_parallel_size',
-           'shard_config', 'Shard', 'shard_of', 'read_shard', 'all_reduce_sum', 'SumOverRanks',
-           'VocabParallelEmbedding', 'GatherVocab', 'WorkerDied', 'local_address', 'TensorParallel', 'rank_from_env',
-           'worker_threads', 'start_group', 'start_heartbeat', 'close_group', 'load_shard', 'import_function',
-           'quantize_spec', 'load_sharded', 'gather_sizes', 'ranks_released_on_error', 'ShardedRunner', 'make_runner',
-           'tensor_parallel_info', 'serve_rank', 'worker_main']
+__all__ = ['COLUMN_PARALLEL', 'ROW_PARALLEL', 'VOCAB_PARALLEL', 'STEP_TIMEOUT', 'LOAD_TIMEOUT', 'HEARTBEATS', 'WORKER_MAIN',
+           'STEP', 'STOP', 'PING', 'LOAD_KEYS', 'tensor_parallel_sizes', 'check_tensor_parallel_size', 'shard_config',
+           'Shard', 'shard_of', 'read_shard', 'all_reduce_sum', 'SumOverRanks', 'VocabParallelEmbedding', 'GatherVocab',
+           'WorkerDied', 'local_address', 'TensorParallel', 'rank_from_env', 'worker_threads', 'start_group',
+           'start_heartbeat', 'close_group', 'load_shard', 'import_function', 'quantize_spec', 'load_sharded',
+           'gather_sizes', 'ranks_released_on_error', 'ShardedRunner', 'make_runner', 'tensor_parallel_info',
+           'serve_rank', 'worker_main']
 
 # %% ../nbs/19_parallel.ipynb #f537cb94
 def tensor_parallel_sizes(cfg: ModelConfig) -> list[int]:
@@ -156,26 +156,25 @@ class WorkerDied(NanoserveError, RuntimeError):
 # step's sums, rank 0's commands, and a worker's wait for the next command or heartbeat (--tensor-parallel-timeout)
 STEP_TIMEOUT = float(os.environ.get('NANOSERVE_TP_STEP_TIMEOUT', 60))
 LOAD_TIMEOUT = 600.0      # seconds the ranks wait for each other while they load their shards and build their pools
-IDLE = 365 * 86400.0      # a group's own timeout, never reached: every exchange passes its own
 HEARTBEATS = 4            # rank 0 sends a heartbeat after a quarter of the timeout without a command
 
 def local_address(master: str, port: int) -> str:
     """This host's address on the route to `master` (rank 0's address): the one its gloo connections are made from.
     A UDP socket connected to it chooses the route and sends nothing."""
-    family, kind, _, _, target = socket.getaddrinfo(master, port, type=socket.SOCK_DGRAM)[0]
+    family, kind, _, _, target = socket.getaddrinfo(master.strip('[]'), port, type=socket.SOCK_DGRAM)[0]
     with socket.socket(family, kind) as s:
         s.connect(target)
         return s.getsockname()[0]
 
-def _gloo(store, prefix: str, rank: int, world: int, seconds: float, addr: str):
-    """A gloo group over `store` whose connections go from `addr` (or from the interface `GLOO_SOCKET_IFNAME` names,
-    when it is set)."""
+def _gloo(store, prefix: str, rank: int, world: int, seconds: float, addr: str | None):
+    """A gloo group over `store` whose connections go from `addr`, or from the interfaces `GLOO_SOCKET_IFNAME` names
+    (comma-separated, as torch reads it) when `addr` is None."""
     opts = dist.ProcessGroupGloo._Options()
     opts._timeout = datetime.timedelta(seconds=seconds)
-    iface = os.environ.get('GLOO_SOCKET_IFNAME')
-    device = dist.ProcessGroupGloo.create_device(interface=iface) if iface else \
-        dist.ProcessGroupGloo.create_device(hostname=addr)
-    opts._devices = [device]
+    if addr is not None: opts._devices = [dist.ProcessGroupGloo.create_device(hostname=addr)]
+    else:
+        names = [n for n in os.environ['GLOO_SOCKET_IFNAME'].split(',') if n]
+        opts._devices = [dist.ProcessGroupGloo.create_device(interface=n) for n in names]
     return dist.ProcessGroupGloo(dist.PrefixStore(f'nanoserve/{prefix}', store), rank, world, opts)
 
 @dataclass
@@ -211,9 +210,10 @@ class TensorParallel:
                                   timeout=datetime.timedelta(seconds=timeout),
                                   wait_for_workers=False)
         # on several hosts: connections from the address that reaches rank 0's, not whatever the hostname resolves to
-        me = local_address(addr, port)
-        return cls(rank, world, _gloo(store, 'step', rank, world, IDLE, me),
-                   _gloo(store, 'command', rank, world, IDLE, me), store=store)
+        me = None if os.environ.get('GLOO_SOCKET_IFNAME') else local_address(addr, port)
+        # a group's own timeout bounds its connecting; every exchange after passes its own
+        return cls(rank, world, _gloo(store, 'step', rank, world, LOAD_TIMEOUT, me),
+                   _gloo(store, 'command', rank, world, LOAD_TIMEOUT, me), store=store)
 
     def broadcast(self, t: torch.Tensor, seconds: float | None = None) -> torch.Tensor:
         """Rank 0's `t` on every rank (in place), over the command group; failing after `seconds` (default: the
@@ -296,15 +296,17 @@ def start_group(world: int) -> TensorParallel:
 STEP, STOP, PING = 1, 2, 3          # what rank 0's header tells the workers to do; PING: nothing, I am here
 
 def _heartbeat(tp: TensorParallel):
-    """Rank 0, between steps: a PING to the workers after a quarter of the timeout without a command. A worker cut off,
-    stopped or gone does not take it (a gloo send completes when the receiver has it), and that is a fault, seen while
-    the server idles; the workers, for their part, hear from rank 0 at least that often."""
+    """Rank 0, between steps: a PING to the workers once a quarter of the timeout has passed without a command (it
+    wakes every quarter, so the gap is at most half the timeout). A worker cut off, stopped or gone does not take it (a
+    gloo send completes when the receiver has it), and that is a fault, seen while the server idles within 1.5 times the
+    timeout; the workers, for their part, never wait more than half of it for a command."""
     interval = tp.timeout / HEARTBEATS
     while not tp.quiet.wait(interval):
-        if tp.closed or tp.fault is not None: return
         if time.monotonic() - tp.last_command < interval: continue
         if not tp.lock.acquire(blocking=False): continue           # a step is running: its exchanges say enough
-        try: tp.broadcast(torch.tensor([PING, 0, 0, 0, 0, 0]))
+        try:
+            if tp.closed or tp.fault is not None: return           # a STOP went out, or the group failed
+            tp.broadcast(torch.tensor([PING, 0, 0, 0, 0, 0]))
         except RuntimeError as e:
             _wait_for_fault(tp)                                     # a worker that exited: its watcher names it
             if not tp.closed and tp.fault is None:
@@ -402,9 +404,9 @@ def load_sharded(path: str | Path, world: int, timeout: float | None = None, **k
     return rank 0's. `timeout`: seconds an exchange between ranks waits for a silent one (default `STEP_TIMEOUT`)."""
     check_tensor_parallel_size(full := ModelConfig.from_dir(path), world)    # refused before any process starts
     if bad := set(kw) - set(LOAD_KEYS): raise TypeError(f"unknown arguments {sorted(bad)}")
-    if timeout is not None and not timeout > 0:
+    if timeout is not None and not timeout >= 1:
         raise ConfigError(f"--tensor-parallel-timeout {timeout}: give the seconds a rank waits for a silent one, "
-                          f"more than 0 (default {STEP_TIMEOUT:g})")
+                          f"1 or more (default {STEP_TIMEOUT:g}); rank 0 sends a heartbeat every quarter of it")
     if (q := kw.get('quantize')) and q['mode'] in ('int4', 'w4a8') and (g := q['group_size']):
         shard = shard_config(full, world)
         if widths := sorted({w for w in (shard.hidden_size, shard.intermediate_size, shard.q_size) if w % g}):
@@ -434,7 +436,7 @@ def load_sharded(path: str | Path, world: int, timeout: float | None = None, **k
 def gather_sizes(tp: TensorParallel, n: int) -> list[int]:
     "Every rank's `n`, in rank order (each rank calls it; a barrier, waiting as long as a load may take)."
     parts = [torch.zeros(1, dtype=torch.int64) for _ in range(tp.world)]
-    tp.step.allgather(parts, torch.tensor([n]), datetime.timedelta(seconds=LOAD_TIMEOUT)).wait()
+    tp.step.allgather(parts, torch.tensor([n]), datetime.timedelta(seconds=max(LOAD_TIMEOUT, tp.timeout))).wait()
     return [int(p) for p in parts]
 
 @contextmanager
@@ -496,6 +498,8 @@ class ShardedRunner(ModelRunner):
         input_ids, positions, meta, sample_idx, samplers = self.prepare_inputs(out)
         try:
             with self.tp.lock:                                      # no heartbeat between a step's command and its sums
+                # a heartbeat that failed while this step waited for the lock: no second wait on a dead link
+                if self.tp.fault is not None: raise self.tp.fault
                 for t in _pack_step(input_ids, positions, meta.chunks, sample_idx, self.cache.slots):
                     self.tp.broadcast(t)
                 logits = self.logits(input_ids, positions, meta, sample_idx)
@@ -531,12 +535,12 @@ def tensor_parallel_info(model: CausalLM) -> dict:
 def serve_rank(tp: TensorParallel) -> int:
     """A worker's life: load the shard rank 0 names, build its part of the KV pool, then run every step rank 0
     broadcasts until told to stop."""
-    setup = tp.recv_json(LOAD_TIMEOUT)
+    setup = tp.recv_json(LOAD_TIMEOUT)                        # the load's own wait; its timeout comes with it
     tp.timeout = setup.pop('timeout', STEP_TIMEOUT)
     torch.set_num_threads(int(os.environ.get('OMP_NUM_THREADS') or torch.get_num_threads()))
     model = load_shard(setup.pop('path'), tp, **setup)
     gather_sizes(tp, weight_bytes(model))                                 # the barrier after loading
-    spec = tp.recv_json(LOAD_TIMEOUT)
+    spec = tp.recv_json(max(LOAD_TIMEOUT, tp.timeout))
     cache = KVCache(model.config, KVPoolPlan(**spec['plan']), spec['max_batch_size'], spec['max_model_len'])
     runner = ModelRunner(model, cache, batch_invariant=spec['batch_invariant'], decode_kernel=spec['decode_kernel'],
                          decode_call=spec['decode_call'], prefill_kernel=spec['prefill_kernel'])

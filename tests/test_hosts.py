@@ -63,7 +63,7 @@ class Host:
                              env={**os.environ, 'OMP_NUM_THREADS': '1', **(env or {}),
                                   'PATH': f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"},
                              start_new_session=True)
-        p.output = lambda: (log.seek(0), log.read())[1]
+        p.output, p.log = (lambda: (log.seek(0), log.read())[1]), log
         self.procs.append(p)
         return p
     def threads(self, n: int = 1) -> ThreadPoolExecutor:
@@ -78,7 +78,9 @@ class Host:
         for pid in self.pids():
             try: os.kill(pid, 9)
             except ProcessLookupError: pass
-        for p in self.procs: p.wait(30)
+        for p in self.procs:
+            p.wait(30)
+            p.log.close()
         self.procs.clear()
         self.link(True)
 
@@ -109,6 +111,7 @@ def hosts(n: int):
             ip('-n', sw, 'link', 'set', f'p{i}{tag}', 'up')
         yield out
     finally:
+        for i in range(n): ip('link', 'del', f'e{i}{tag}', check=False)      # a cable not yet moved into its host
         for name in made:
             for pid in ip('netns', 'pids', name, check=False).stdout.split():
                 try: os.kill(int(pid), 9)
@@ -323,7 +326,7 @@ def lost_mid_stream(net, peaky, case: str, fault) -> dict:
                                        timeout=30))
     assert after.status_code == 503
     return {'case': case, 'client_saw': said(lost[0].error), 'seconds_to_detect': round(detect, 2),
-            'requests_lost': len(lost), 'in_flight': len(streams)}
+            'requests_lost': len(lost), 'in_flight': len(streams), 'at': at}
 
 def said(message: str) -> str:
     "A message for the fault table: without gloo's source paths and the prefixes every layer adds."
@@ -344,13 +347,15 @@ def test_rank1_killed_mid_stream(peaky, net):
     "Rank 1's process killed (SIGKILL) while 8 streams run: rank 0's gloo reads the reset at once."
     row = lost_mid_stream(net, peaky, 'rank 1 killed (SIGKILL) mid-stream',
                           lambda h0, h1: [os.kill(pid, 9) for pid in h1.pids()])
+    row.pop('at')
     FAULTS.append({**row, 'worker': 'killed'})
 
 def test_rank1_link_down_mid_stream(peaky, net):
     """Rank 1's host drops off the network (`ip link set eth0 down`) while 8 streams run: no reset arrives, so rank 0's
     sums fail after --tensor-parallel-timeout; rank 1, hearing nothing from rank 0, exits by itself."""
     row = lost_mid_stream(net, peaky, "rank 1's link down mid-stream", lambda h0, h1: h1.link(False))
-    FAULTS.append({**row, 'worker': worker_exits(net[1], time.monotonic() - row['seconds_to_detect'])})
+    worker = worker_exits(net[1], row.pop('at'))
+    FAULTS.append({**row, 'worker': worker})
 
 def test_rank0_cut_off_while_idle(peaky, net):
     """Rank 0's host drops off the network while the server idles: rank 0's heartbeat goes untaken (/health, asked on

@@ -207,46 +207,56 @@ def test_torchrun_recipe_on_loopback(peaky):
     assert got == [json.loads(l)['token_ids'] for l in one.stdout.splitlines()] and len(got) == 2
 
 
-def ranks_on_loopback(model, port: int, *flags, timeout: int = 4):
-    """Rank 1 of a 2-rank split as a user on two machines starts it (`nanoserve serve` with RANK, WORLD_SIZE, MASTER_ADDR
-    and MASTER_PORT), both 'machines' on loopback; rank 0 is started by the caller with the same variables."""
-    env = {**os.environ, 'WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'OMP_NUM_THREADS': '1'}
-    args = ['--dtype', 'float32', '--served-model-name', 'tiny', '--tensor-parallel-size', '2', '--tensor-parallel-timeout', str(timeout), *flags]
-    worker = subprocess.Popen([NANOSERVE, 'serve', '--model', str(model), '--port', '0', *args], env={**env, 'RANK': '1', 'LOCAL_RANK': '1'},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    return worker, args, {'WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'RANK': '0', 'LOCAL_RANK': '0'}
+def ranks_on_loopback(model, port: int, log, timeout: int = 8):
+    """Rank 1 of a 2-rank split as a user on two machines starts it (`nanoserve serve` with RANK, WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT), both 'machines' on loopback, its output in the file `log`; rank 0 is started by the
+    caller with the same variables (returned), RANK=0."""
+    env = {'WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'OMP_NUM_THREADS': '1'}
+    args = ['--dtype', 'float32', '--served-model-name', 'tiny', '--tensor-parallel-size', '2',
+            '--tensor-parallel-timeout', str(timeout)]
+    worker = subprocess.Popen([NANOSERVE, 'serve', '--model', str(model), '--port', '0', *args],
+                              env={**os.environ, **env, 'RANK': '1', 'LOCAL_RANK': '1'}, stdout=log,
+                              stderr=subprocess.STDOUT, text=True)
+    return worker, args, {**env, 'RANK': '0', 'LOCAL_RANK': '0'}
 
-def test_heartbeat_sees_a_stopped_worker_while_idle(peaky):
-    """Under a launcher rank 0 holds no handle on the worker's process: a worker stopped (SIGSTOP) while the server idles is
-    seen by rank 0's heartbeat, which it does not take, and /health turns 503 naming it; no request has to fail first."""
-    worker, args, env = ranks_on_loopback(peaky, free_port())
-    try:
-        with spawn_server(peaky, *args, env=env) as (url, _):
-            assert httpx.get(url + '/health').json()['tensor_parallel']['launched_by'] == 'torchrun'
+def test_heartbeat_sees_a_stopped_worker_while_idle(peaky, tmp_path):
+    """Under a launcher rank 0 holds no handle on the worker's process: a worker stopped (SIGSTOP) while the server
+    idles is seen by rank 0's heartbeat, which it does not take, and /health turns 503 naming it; no request has to
+    fail first."""
+    with open(tmp_path / 'worker.log', 'w+') as log:
+        worker, args, env = ranks_on_loopback(peaky, free_port(), log)
+        try:
+            with spawn_server(peaky, *args, env=env) as (url, _):
+                assert httpx.get(url + '/health').json()['tensor_parallel']['launched_by'] == 'torchrun'
+                assert completions(url, ['hello'], max_tokens=4, temperature=0)
+                worker.send_signal(signal.SIGSTOP)
+                assert 'heartbeat' in dead_health(url, timeout=120)['error']
+        finally:
+            worker.kill()
+            worker.wait(30)
+
+def test_worker_exits_when_rank0_falls_silent(peaky, tmp_path):
+    """A healthy server idles past three of its --tensor-parallel-timeout and its worker stays (the heartbeat keeps it);
+    then rank 0 is stopped (SIGSTOP), its connections open: no reset reaches the worker, which hears no step and no
+    heartbeat for the timeout and exits by itself, saying why, rather than waiting as long as a server idles."""
+    with open(tmp_path / 'worker.log', 'w+') as log:
+        worker, args, env = ranks_on_loopback(peaky, free_port(), log)
+        port = free_port()
+        rank0 = subprocess.Popen([NANOSERVE, 'serve', '--model', str(peaky), *args, '--port', str(port)],
+                                 env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f'http://127.0.0.1:{port}'
+            wait_healthy(url, rank0, 300, '/health', lambda: '')
             assert completions(url, ['hello'], max_tokens=4, temperature=0)
-            worker.send_signal(signal.SIGSTOP)
-            assert 'heartbeat' in dead_health(url, timeout=120)['error']
-    finally:
-        worker.kill()
-        worker.wait(30)
-
-def test_worker_exits_when_rank0_falls_silent(peaky):
-    """Rank 0 stopped (SIGSTOP), its connections open: no reset reaches the worker, which hears no step and no heartbeat for
-    --tensor-parallel-timeout seconds and exits by itself, saying why, rather than waiting as long as a server idles."""
-    worker, args, env = ranks_on_loopback(peaky, free_port())
-    port = free_port()
-    rank0 = subprocess.Popen([NANOSERVE, 'serve', '--model', str(peaky), *args, '--port', str(port)], env={**os.environ, **env, 'OMP_NUM_THREADS': '1'},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f'http://127.0.0.1:{port}'
-        wait_healthy(url, rank0, 300, '/health', lambda: '')
-        assert completions(url, ['hello'], max_tokens=4, temperature=0)
-        rank0.send_signal(signal.SIGSTOP)
-        code = worker.wait(120)
-        assert code == 1 and 'sent no step and no heartbeat' in worker.stderr.read()
-    finally:
-        rank0.send_signal(signal.SIGCONT)
-        rank0.kill()
-        rank0.wait(30)
-        worker.kill()
-        worker.wait(30)
+            with pytest.raises(subprocess.TimeoutExpired): worker.wait(3 * 8)       # idle, kept by the heartbeat
+            assert completions(url, ['hello'], max_tokens=4, temperature=0)
+            rank0.send_signal(signal.SIGSTOP)
+            assert worker.wait(120) == 1
+            log.seek(0)
+            assert 'sent no step and no heartbeat' in log.read()
+        finally:
+            rank0.send_signal(signal.SIGCONT)
+            rank0.kill()
+            rank0.wait(30)
+            worker.kill()
+            worker.wait(30)
