@@ -128,8 +128,9 @@ class PagedAttention(AttentionBackend):
 
     def card_attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """The card's path: the step's K/V written in one launch (`triton_kernels.store_kv`), then every token, decode
-        or prefill, in one launch of `triton_kernels.paged_attention` over the pool through the slot table (its bits
-        do not depend on the batch, so both backends take it)."""
+        or prefill, through `triton_kernels.paged_attention` over the pool by the slot table: one launch, or several
+        where the split-K scratch would pass its budget (`attention_plan`); its bits do not depend on the batch or the
+        launch, so both backends take it."""
         m, kc, vc = self.meta, self.cache.k[layer], self.cache.v[layer]
         n = m.num_tokens
         card.store_kv(k[:n], v[:n], kc, vc, m.slot_mapping)
