@@ -123,7 +123,7 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_configure(config):
     config.addinivalue_line('markers', "stress: depends on the order or timing of arrivals at a server, which no counter "
                                        "can pin down; run by `make stress`, left out of `make test`")
-    config.addinivalue_line('markers', "hosts: builds network namespaces as test hosts (root, iproute2; skipped, saying so, "
-                                       "without them); in `make test`, and alone in `make hosts`")
+    config.addinivalue_line('markers', "hosts: builds network namespaces as test hosts (root, iproute2; skipped, "
+                                       "saying so, without them); in `make test`, and alone in `make hosts`")
     config.addinivalue_line('markers', "cuda: needs a CUDA device; skipped elsewhere, run on the lent GPU machine "
                                        "by bench/gpu/run.sh (pytest -m cuda)")

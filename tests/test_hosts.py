@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 import httpx, openai, pytest
+from nanoserve.loadgen import spawn_server
 
 pytestmark = pytest.mark.hosts
 NANOSERVE = str(Path(sys.executable).parent / 'nanoserve')
@@ -131,6 +132,21 @@ def three_hosts():
             w = csv.DictWriter(f, ['case', 'client_saw', 'seconds_to_detect', 'requests_lost', 'in_flight', 'worker'])
             w.writeheader()
             w.writerows(FAULTS)
+        Path(path).with_suffix('.machine.txt').write_text(machine())
+
+def machine() -> str:
+    "What the fault table was measured on: the CPU (model and flags), its threads, torch, HAProxy, the command."
+    import platform, torch
+    info = dict(l.split(':', 1) for l in open('/proc/cpuinfo').read().split('\n\n')[0].splitlines() if ':' in l)
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    cpu = f"{info.get('model name', '?')} family {info.get('cpu family', '?')} model {info.get('model', '?')}"
+    flags = next((l.split(':', 1)[1].split() for l in open('/proc/cpuinfo') if l.startswith('flags')), [])
+    isa = ' '.join(f for f in flags if f in ('avx2', 'avx512f', 'avx512_bf16', 'amx_tile', 'amx_bf16', 'amx_int8'))
+    hap = subprocess.run(['haproxy', '-v'], capture_output=True, text=True).stdout.split('\n')[0] \
+        if shutil.which('haproxy') else 'no haproxy'
+    return (f"cpu: {cpu} ({isa}), {os.cpu_count()} threads, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}\n"
+            f"torch {torch.__version__}, python {platform.python_version()}, {hap}\n"
+            f"--tensor-parallel-timeout {TIMEOUT} in the split's cases; command: make fault-table\n")
 
 @pytest.fixture
 def net(three_hosts):
@@ -204,11 +220,12 @@ class Stream:
             if self.chunks < 3 and started is not None: started.release()
         return self
 
-def crowd(client: Host, url: str, prompts: list[str], max_tokens: int, fault=None) -> tuple[list[Stream], float | None]:
-    """Stream `prompts` at once from inside `client`; once every stream has had three chunks, call `fault()` (from the
-    test's own thread, in the root namespace) and note when."""
+def crowd(client: Host | None, url: str, prompts: list[str], max_tokens: int,
+          fault=None) -> tuple[list[Stream], float | None]:
+    """Stream `prompts` at once from inside `client` (None: from the root namespace); once every stream has had three
+    chunks, call `fault()` (from the test's own thread, in the root namespace) and note when."""
     started, streams = threading.Semaphore(0), [Stream(url, p, max_tokens) for p in prompts]
-    with client.threads(len(prompts)) as t:
+    with client.threads(len(prompts)) if client else ThreadPoolExecutor(len(prompts)) as t:
         futs = [t.submit(s.run, started) for s in streams]
         for _ in prompts: assert started.acquire(timeout=BOUND), "the crowd did not start"
         at = None
@@ -220,6 +237,21 @@ def crowd(client: Host, url: str, prompts: list[str], max_tokens: int, fault=Non
 
 PROMPTS = ['hello world', 'the capital of France is', 'abc xyz abc', 'one two three', 'a b c d', 'the quick brown fox',
            'numbers: 1 2 3', 'zzz']
+
+@pytest.fixture(scope='module')
+def one_process(peaky, three_hosts):
+    "The crowd's answers from one process on this machine's loopback: what every split below must give."
+    with spawn_server(peaky, '--dtype', 'float32', '--served-model-name', 'tiny', '--max-batch-size', '8') as (url, _):
+        return crowd(None, url, PROMPTS, 48)[0]
+
+def split_answers_equal(h0: Host, h2: Host, procs: list, one_process: list[Stream]):
+    "A crowd of 8 streams from h2 to the split server on h0 gets one process's texts, and its logprobs to rounding."
+    wait_healthy(h2, f'http://{h0.addr}:{PORT}', procs)
+    assert h2.call(lambda: health(f'http://{h0.addr}:{PORT}').json()['tensor_parallel']['size']) == 2
+    split, _ = crowd(h2, f'http://{h0.addr}:{PORT}', PROMPTS, 48)
+    assert [s.error for s in split] == [None] * 8 and [s.finish for s in split] == ['length'] * 8
+    assert [s.text for s in split] == [s.text for s in one_process]
+    assert_logprobs_close([s.logprobs for s in split], [s.logprobs for s in one_process])
 
 # -- a model split over two hosts ---------------------------------------------------------------------------------
 
@@ -260,22 +292,15 @@ def assert_logprobs_close(got, want, tol: float = 1e-4):
     print(f"logprobs compared: {len(diffs)}; largest difference {max(diffs):.3g}; exactly equal {diffs.count(0.0)}")
     assert max(diffs) <= tol
 
-def test_split_server_across_hosts_serves_a_crowd_from_a_third(peaky, net):
+def test_split_server_across_hosts_serves_a_crowd_from_a_third(peaky, net, one_process):
     """`nanoserve serve` split over two hosts by its own launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), a crowd
     of 8 streams sent through the OpenAI client from a third host: every answer is one process's, token for token (the
     texts) and logprob for logprob (to float32 rounding)."""
     h0, h1, h2 = net
     procs = split_server(h0, h1, peaky)
-    one = serve(h2, peaky, '--port', str(PORT + 1))           # the reference: one process, on the client's host
-    wait_healthy(h2, f'http://{h0.addr}:{PORT}', procs)
-    wait_healthy(h2, f'http://127.0.0.1:{PORT + 1}', [one])
+    split_answers_equal(h0, h2, procs, one_process)
     info = h2.call(lambda: health(f'http://{h0.addr}:{PORT}').json()['tensor_parallel'])
-    assert (info['size'], info['launched_by']) == (2, 'torchrun')          # rank 0 started no process of its own
-    split, _ = crowd(h2, f'http://{h0.addr}:{PORT}', PROMPTS, 48)
-    whole, _ = crowd(h2, f'http://127.0.0.1:{PORT + 1}', PROMPTS, 48)
-    assert [s.error for s in split] == [None] * 8 and [s.finish for s in split] == ['length'] * 8
-    assert [s.text for s in split] == [s.text for s in whole]
-    assert_logprobs_close([s.logprobs for s in split], [s.logprobs for s in whole])
+    assert info['launched_by'] == 'torchrun'                  # rank 0 started no process of its own
     procs[0].send_signal(2)                                   # Ctrl-C on rank 0: it tells rank 1 to stop, and both exit
     procs[0].wait(60)
     assert procs[1].wait(60) == 0, procs[1].output()[-2000:]
@@ -286,7 +311,7 @@ def readme_two_host_commands() -> list[str]:
                  if b.startswith('# two machines:'))
     return [' '.join(c.replace('\\\n', ' ').split()) for c in re.findall(r'^torchrun .*?(?<!\\)$', block, re.M | re.S)]
 
-def test_the_readme_two_machine_commands_serve_a_crowd_from_a_third_host(peaky, net):
+def test_the_readme_two_machine_commands_serve_a_crowd_from_a_third_host(peaky, net, one_process):
     """The README's two torchrun commands, as written but for the addresses (rank 0's host, rank 1's) and MODEL, run on
     two hosts; a crowd of 8 streams from a third gets one process's answers (the same texts, logprobs to float32
     rounding)."""
@@ -296,14 +321,7 @@ def test_the_readme_two_machine_commands_serve_a_crowd_from_a_third_host(peaky, 
     for cmd in readme_two_host_commands():
         cmd = cmd.replace('10.0.0.1', h0.addr).replace('10.0.0.2', h1.addr).replace('MODEL', str(peaky))
         procs.append((h0 if f'--local-addr {h0.addr}' in cmd else h1).start(cmd.split() + flags))
-    one = serve(h2, peaky, '--port', str(PORT + 1))
-    wait_healthy(h2, f'http://{h0.addr}:{PORT}', procs)
-    wait_healthy(h2, f'http://127.0.0.1:{PORT + 1}', [one])
-    assert h2.call(lambda: health(f'http://{h0.addr}:{PORT}').json()['tensor_parallel']['size']) == 2
-    split, _ = crowd(h2, f'http://{h0.addr}:{PORT}', PROMPTS, 48)
-    whole, _ = crowd(h2, f'http://127.0.0.1:{PORT + 1}', PROMPTS, 48)
-    assert [s.error for s in split] == [None] * 8 and [s.text for s in split] == [s.text for s in whole]
-    assert_logprobs_close([s.logprobs for s in split], [s.logprobs for s in whole])
+    split_answers_equal(h0, h2, procs, one_process)
 
 # -- a host lost -------------------------------------------------------------------------------------------------------
 

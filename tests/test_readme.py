@@ -27,10 +27,10 @@ def test_the_readme_has_only_runnable_examples():
     for code in CLIENTS + PYTHON:
         for addr in re.findall(r'https?://[\w.]+:\d+', code): assert addr == BASE, f'an example talks to {addr}, not {BASE}'
     assert sum(BASE in code for code in CLIENTS) >= 2 and sum(BASE in code for code in PYTHON) >= 2   # curl, chat; openai twice
-    assert len(TWO_HOSTS) == 1 and TWO_HOSTS[0].count('torchrun ') == 2, 'one block of two-machine commands, run elsewhere'
-    import test_hosts
-    assert test_hosts.readme_two_host_commands() == [' '.join(c.replace('\\\n', ' ').split())
-                                                     for c in re.findall(r'^torchrun .*?(?<!\\)$', TWO_HOSTS[0], re.M | re.S)]
+    assert len(TWO_HOSTS) == 1 and TWO_HOSTS[0].count('torchrun ') == 2, 'one block of two-machine commands'
+    import test_hosts                                       # the block test_hosts runs on two test hosts is this one
+    commands = re.findall(r'^torchrun .*?(?<!\\)$', TWO_HOSTS[0], re.M | re.S)
+    assert test_hosts.readme_two_host_commands() == [' '.join(c.replace('\\\n', ' ').split()) for c in commands]
 
 @pytest.fixture(scope='module')
 def server(default_model):

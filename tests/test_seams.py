@@ -15,9 +15,11 @@ ALLOWED = {
     'torch._weight_int4pack_mm_for_cpu': "quant.Int4Linear: PyTorch's weight-only int4 CPU kernel, the one torchao's int4 CPU layout calls",
     'torch._convert_weight_to_int4pack_for_cpu': "quant.Int4Linear: packs int4 codes into that kernel's layout; no public op does",
     'mod._parameters': "weights.set_parameter: swap a parameter of a meta-device module without a copy (what nn.Module.register_parameter does, minus its checks)",
-    'dist.ProcessGroupGloo._Options': "parallel._gloo: a gloo group connecting from a chosen address; its constructor takes a device only inside this options object (init_process_group builds the same one)",
-    'opts._devices': "parallel._gloo: the device (the address that routes to MASTER_ADDR) a gloo group connects from; the options object has no public field for it",
-    'opts._timeout': "parallel._gloo: the group's own timeout beside its device; torch's init_process_group sets the same field",
+    'dist.ProcessGroupGloo._Options': "parallel._gloo: a gloo group connecting from a chosen address; its constructor "
+                                      "takes a device only inside this options object (init_process_group builds one)",
+    'opts._devices': "parallel._gloo: the device (the address that routes to MASTER_ADDR) a gloo group connects from; "
+                     "the options object has no public field for it",
+    'opts._timeout': "parallel._gloo: the group's own timeout beside its device (init_process_group sets it too)",
     'os._exit': "parallel.worker_main: a worker leaves without the interpreter's shutdown, which aborts around gloo's threads (the stdlib's documented exit for child processes)",
 }
 PRIVATE = re.compile(r'\b((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\._([A-Za-z]\w*(?:\.[A-Za-z_]\w*)*)')
